@@ -1,0 +1,7 @@
+"""Shared test set-up: notebooks run on the CPU so their outputs match the stored ones."""
+
+import os
+
+# The stored outputs were produced on the CPU (tools/run_notebooks.py). Pin the lessons'
+# device for the nbval kernels too, even on a machine with a GPU.
+os.environ["LESSONS_DEVICE"] = "cpu"

@@ -1,0 +1,52 @@
+"""Execute notebooks in place, top to bottom, each in one fresh kernel, and save the outputs.
+
+This is how every stored output in the repository is produced. Usage:
+
+    python tools/run_notebooks.py                      # every lesson notebook
+    python tools/run_notebooks.py notebooks/01_tensor_to.ipynb
+
+Cells tagged ``raises-exception`` may raise; any other error stops with a message.
+The picked device is forced to the CPU (LESSONS_DEVICE=cpu) so stored outputs are
+the CPU-only ones the tests compare against.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import nbformat
+from nbclient import NotebookClient
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import build_nav  # noqa: E402
+import lessons  # noqa: E402
+
+
+def execute(path: Path, timeout: int = 300) -> nbformat.NotebookNode:
+    """Run ``path`` in a fresh kernel with its folder as working directory; return it."""
+    notebook = nbformat.read(path, as_version=4)
+    os.environ["LESSONS_DEVICE"] = "cpu"
+    client = NotebookClient(
+        notebook,
+        timeout=timeout,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(path.parent)}},
+        record_timing=False,
+    )
+    client.execute()
+    return notebook
+
+
+def main(argv: list[str]) -> int:
+    paths = [Path(a).resolve() for a in argv] or lessons.lesson_notebooks()
+    for path in paths:
+        notebook = execute(path)
+        path.write_text(build_nav.serialize(notebook), encoding="utf-8")
+        print(f"executed: {path.relative_to(lessons.ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

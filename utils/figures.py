@@ -1,0 +1,77 @@
+"""Pictures of tensors: which Python names point at which tensor objects and memory.
+
+Introduced in notebook 01_tensor_to (the figure after ``moved = weights.to(other)``).
+"""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import torch
+from matplotlib.figure import Figure
+
+_DEVICE_COLOURS = {"cpu": "#cfe2f3", "cuda": "#d9ead3", "mps": "#fce5cd", "xpu": "#ead1dc"}
+_META_COLOUR = "#eeeeee"
+
+
+def _memory_label(tensor: torch.Tensor, blocks: dict[tuple[str, int], str]) -> str:
+    """'memory block A' etc.: the same letter for tensors sharing one data pointer."""
+    if tensor.is_meta:
+        return "no data (meta)"
+    key = (str(tensor.device), tensor.data_ptr())
+    if key not in blocks:
+        blocks[key] = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"[len(blocks) % 26]
+    return f"memory block {blocks[key]} on {tensor.device}"
+
+
+def names_and_tensors(named: dict[str, torch.Tensor], title: str) -> Figure:
+    """Draw each name in ``named`` with an arrow to the tensor object it refers to.
+
+    Names bound to the same object point at one box; each box shows the tensor's
+    device, dtype and a letter for its memory block (never a raw address), so
+    shared memory is visible too. Returns the matplotlib Figure (also displayed
+    by Jupyter). Introduced in 01_tensor_to.
+    """
+    if not named or not all(isinstance(t, torch.Tensor) for t in named.values()):
+        raise TypeError("names_and_tensors expects a non-empty dict of name -> torch.Tensor")
+    objects: list[torch.Tensor] = []
+    for tensor in named.values():
+        if not any(tensor is seen for seen in objects):
+            objects.append(tensor)
+    height = max(len(named), len(objects))
+    figure, axes = plt.subplots(figsize=(7.5, 0.9 + 0.85 * height))
+    axes.set_xlim(0, 10)
+    axes.set_ylim(-0.6, height - 0.1)
+    axes.axis("off")
+    axes.set_title(title)
+
+    def row(index: int, count: int) -> float:
+        return (height - 1) / 2 + (count - 1) / 2 - index
+
+    blocks: dict[tuple[str, int], str] = {}
+    boxes = []
+    for index, tensor in enumerate(objects):
+        y = row(index, len(objects))
+        colour = _DEVICE_COLOURS.get(tensor.device.type, _META_COLOUR)
+        dtype = str(tensor.dtype).replace("torch.", "")
+        memory = _memory_label(tensor, blocks)
+        text = f"Tensor object {index + 1}\n{tensor.device}, {dtype}\n{memory}"
+        boxes.append(axes.text(
+            6.9, y, text, ha="center", va="center", fontsize=9, family="monospace",
+            bbox={"boxstyle": "round,pad=0.4", "facecolor": colour, "edgecolor": "#555555"},
+        ))
+    for index, (name, tensor) in enumerate(named.items()):
+        label = axes.text(
+            1.2, row(index, len(named)), name, ha="center", va="center", fontsize=11,
+            family="monospace",
+            bbox={"boxstyle": "square,pad=0.35", "facecolor": "white", "edgecolor": "black"},
+        )
+        target = next(i for i, seen in enumerate(objects) if seen is tensor)
+        axes.annotate(
+            "", xy=(0, 0.5), xycoords=boxes[target], xytext=(1, 0.5), textcoords=label,
+            arrowprops={"arrowstyle": "->", "color": "#333333", "lw": 1.4,
+                        "shrinkA": 4, "shrinkB": 6},
+        )
+    axes.text(1.2, height - 0.35, "Python names", ha="center", fontsize=9, color="#555555")
+    axes.text(6.9, height - 0.35, "tensor objects", ha="center", fontsize=9, color="#555555")
+    figure.tight_layout()
+    return figure
