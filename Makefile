@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PORT   ?= 8888
 
-.PHONY: lab test install nav run-notebooks measure clean
+.PHONY: lab test install nav labs run-notebooks measure clean
 
 lab: $(STAMP)  ## Start JupyterLab on the notebooks
 	$(BIN)/jupyter lab --ServerApp.root_dir="$(CURDIR)" --port=$(PORT) \
@@ -24,6 +24,9 @@ $(STAMP): requirements.txt pyproject.toml
 
 nav: $(STAMP)  ## Regenerate the README table and each notebook's badges and navigation
 	$(BIN)/python tools/build_nav.py
+
+labs: $(STAMP)  ## Regenerate student labs from labs/solutions/ and re-run both versions
+	$(BIN)/python tools/build_labs.py
 
 run-notebooks: $(STAMP)  ## Re-execute notebooks in place (all, or NB=notebooks/01_tensor_to.ipynb)
 	$(BIN)/python tools/run_notebooks.py $(NB)

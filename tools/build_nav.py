@@ -84,16 +84,24 @@ def covers(path: Path) -> str:
         ) from None
 
 
-def navigation(path: Path, ordered: list[Path]) -> str:
-    index = ordered.index(path)
-    parts = []
-    if index > 0:
-        previous = ordered[index - 1]
-        parts.append(f"[← {previous.stem}]({previous.name})")
-    parts.append("[Contents](../README.md#the-notebooks)")
-    if index + 1 < len(ordered):
-        following = ordered[index + 1]
-        parts.append(f"[{following.stem} →]({following.name})")
+def navigation(path: Path) -> str:
+    """The prev | contents | next line for a lesson; for a lab, links to its lesson."""
+    if path.parent == lessons.NOTEBOOKS:
+        ordered = lessons.lesson_notebooks()
+        index = ordered.index(path)
+        parts = []
+        if index > 0:
+            parts.append(f"[← {ordered[index - 1].stem}]({ordered[index - 1].name})")
+        parts.append("[Contents](../README.md#the-notebooks)")
+        if index + 1 < len(ordered):
+            parts.append(f"[{ordered[index + 1].stem} →]({ordered[index + 1].name})")
+        return " | ".join(parts)
+    up = "../" * len(path.parent.relative_to(lessons.ROOT).parts)
+    lesson = next(iter(lessons.NOTEBOOKS.glob(f"{path.name[:2]}_*.ipynb")), None)
+    parts = [f"[← lesson {lesson.stem}]({up}notebooks/{lesson.name})"] if lesson else []
+    parts.append(f"[Contents]({up}README.md#the-notebooks)")
+    if path.parent == lessons.SOLUTIONS:
+        parts.append(f"[Student version](../{path.name}) (this copy has the solutions)")
     return " | ".join(parts)
 
 
@@ -136,11 +144,11 @@ def _markdown(text: str, tag: str) -> nbformat.NotebookNode:
     return cell
 
 
-def updated_notebook(path: Path, ordered: list[Path]) -> nbformat.NotebookNode:
-    """Return ``path``'s notebook with generated header, footer and Colab preamble."""
-    notebook = read(path)
-    cells = [c for c in notebook["cells"] if not ({HEADER_TAG, FOOTER_TAG} & set(tags(c)))]
-    nav = navigation(path, ordered)
+def with_generated_cells(notebook: nbformat.NotebookNode, path: Path) -> nbformat.NotebookNode:
+    """Return ``notebook`` (to be stored at ``path``) with fresh header, footer, Colab preamble."""
+    notebook = nbformat.from_dict(notebook)
+    cells = [c for c in notebook.cells if not ({HEADER_TAG, FOOTER_TAG} & set(tags(c)))]
+    nav = navigation(path)
     header = _markdown(f"{badges(path)}\n\n{nav}", HEADER_TAG)
     footer = _markdown(f"---\n{nav}", FOOTER_TAG)
     for cell in cells:
@@ -151,7 +159,7 @@ def updated_notebook(path: Path, ordered: list[Path]) -> nbformat.NotebookNode:
             break
     else:
         raise ValueError(f"{path.name}: no code cell tagged {SETUP_TAG!r}")
-    notebook["cells"] = [header, *cells, footer]
+    notebook.cells = [header, *cells, footer]
     return notebook
 
 
@@ -188,9 +196,8 @@ def updated_readme(text: str) -> str:
 def stale_files() -> list[tuple[Path, str]]:
     """Return (path, new text) for every generated file whose content is out of date."""
     changes = []
-    ordered = lessons.lesson_notebooks()
-    for path in ordered:
-        new = serialize(updated_notebook(path, ordered))
+    for path in lessons.all_notebooks():
+        new = serialize(with_generated_cells(read(path), path))
         if new != path.read_text(encoding="utf-8"):
             changes.append((path, new))
     readme = lessons.ROOT / "README.md"

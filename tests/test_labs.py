@@ -1,0 +1,73 @@
+"""Student labs are generated from their solutions and carry no solution code."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
+import build_labs  # noqa: E402
+import lessons  # noqa: E402
+
+SOLUTIONS = lessons.solution_labs()
+
+
+def test_every_solution_has_a_student_lab_and_a_lesson():
+    assert SOLUTIONS, "no labs found in labs/solutions/"
+    for solution in SOLUTIONS:
+        assert (lessons.LABS / solution.name).exists(), f"run: make labs ({solution.name})"
+        assert list(lessons.NOTEBOOKS.glob(f"{solution.name[:2]}_*.ipynb")), solution.name
+
+
+def test_student_labs_are_up_to_date_with_their_solutions():
+    stale = [p.name for p in build_labs.stale_labs()]
+    assert not stale, f"stale student labs: {stale}; run `make labs` and commit"
+
+
+@pytest.mark.parametrize("solution", SOLUTIONS, ids=lambda p: p.name)
+def test_student_lab_has_a_stub_for_every_solution_region(solution):
+    def code(path: Path) -> str:
+        cells = nbformat.read(path, as_version=4).cells
+        return "\n".join(c.source for c in cells if c.cell_type == "code")
+
+    solution_text, student_text = code(solution), code(lessons.LABS / solution.name)
+    assert "### BEGIN SOLUTION" not in student_text
+    regions = solution_text.count("### BEGIN SOLUTION")
+    assert regions >= 3, "a lab has at least three exercises"
+    assert student_text.count("raise NotImplementedError()") == regions
+
+
+@pytest.mark.parametrize("solution", SOLUTIONS, ids=lambda p: p.name)
+def test_every_exercise_is_followed_by_a_check(solution):
+    cells = [c for c in nbformat.read(solution, as_version=4).cells if c.cell_type == "code"]
+    for index, cell in enumerate(cells):
+        if "### BEGIN SOLUTION" in cell.source:
+            following = cells[index + 1].source if index + 1 < len(cells) else ""
+            assert "checks.check_" in following, f"no check after exercise cell {index}"
+
+
+@pytest.mark.parametrize("solution", SOLUTIONS, ids=lambda p: p.name)
+def test_student_lab_reports_not_attempted_and_solution_passes(solution):
+    def outputs(path: Path) -> list[str]:
+        cells = nbformat.read(path, as_version=4).cells
+        return [o.get("data", {}).get("text/plain", "") for c in cells if c.cell_type == "code"
+                and "checks.check_" in c.source for o in c.outputs]
+
+    assert outputs(solution) and all(text.startswith("✅") for text in outputs(solution))
+    student = outputs(lessons.LABS / solution.name)
+    assert student and all(text.startswith("⏳") for text in student)
+
+
+def test_strip_solutions_keeps_indentation_and_code_around_the_region():
+    source = "def f(x):\n    ### BEGIN SOLUTION\n    y = x + 1\n    ### END SOLUTION\n    return y"
+    assert build_labs.strip_solutions(source) == (
+        "def f(x):\n    # YOUR CODE HERE\n    raise NotImplementedError()\n    return y"
+    )
+
+
+def test_strip_solutions_refuses_unbalanced_markers():
+    with pytest.raises(ValueError, match="unbalanced"):
+        build_labs.strip_solutions("### BEGIN SOLUTION\nx = 1\n")
