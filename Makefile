@@ -4,12 +4,14 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PORT   ?= 8888
+# JupyterLab refuses to run as root unless told; containers and CI machines often are root.
+ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 
 .PHONY: lab test install nav labs run-notebooks measure clean
 
 lab: $(STAMP)  ## Start JupyterLab on the notebooks
 	$(BIN)/jupyter lab --ServerApp.root_dir="$(CURDIR)" --port=$(PORT) \
-		--LabApp.default_url=/lab/tree/notebooks $(LAB_ARGS)
+		--LabApp.default_url=/lab/tree/notebooks $(ROOT_FLAG) $(LAB_ARGS)
 
 test: $(STAMP)  ## Run the whole test suite (unit tests, notebooks under nbval, repo checks)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
