@@ -29,9 +29,15 @@ def test_where_is_it_now_passes_cpu():
     _status(checks.check_where_is_it_now(lambda: "cpu", OTHER), checks.PASSED)
 
 
-def test_where_is_it_now_names_the_moves_in_place_misconception():
-    _status(checks.check_where_is_it_now(lambda: "meta", OTHER), checks.FAILED,
+@pytest.mark.parametrize("answer", ["meta", "cuda", "cuda:0", "mps"])
+def test_where_is_it_now_names_the_moves_in_place_misconception(answer):
+    _status(checks.check_where_is_it_now(lambda: answer, OTHER), checks.FAILED,
             "never changes the tensor you call it on")
+
+
+@pytest.mark.parametrize("answer", ["CPU", "cpu:0", " cpu "])
+def test_where_is_it_now_accepts_any_spelling_of_the_cpu(answer):
+    _status(checks.check_where_is_it_now(lambda: answer, OTHER), checks.PASSED)
 
 
 def test_where_is_it_now_rejects_a_non_device():
@@ -70,7 +76,17 @@ def test_prepare_catches_a_changed_dtype():
 
 def test_prepare_catches_a_needless_copy():
     _status(checks.check_prepare(lambda batch, device: batch.to(device, copy=True), OTHER),
-            checks.FAILED, "copy=True or .clone()")
+            checks.FAILED, "Did you use copy=True")
+
+
+def test_prepare_catches_an_ignored_device_argument():
+    _status(checks.check_prepare(lambda batch, device: batch.to(OTHER), OTHER), checks.FAILED,
+            "use the `device` argument")
+
+
+def test_prepare_with_cuda_shorthand_is_told_to_use_to_device():
+    _status(checks.check_prepare(lambda batch, device: batch.cuda(), OTHER), checks.FAILED,
+            "use `.to(device)`")
 
 
 def test_prepare_catches_a_non_tensor_result():
@@ -122,6 +138,16 @@ def test_is_predictions_explain_a_single_wrong_answer():
     assert "always copies" not in feedback.message
 
 
+def test_is_predictions_ask_for_booleans_not_strings():
+    as_strings = {q: str(v) for q, v in RIGHT.items()}
+    _status(checks.check_is_predictions(lambda: as_strings), checks.FAILED, "use True or False")
+
+
+def test_is_predictions_name_the_module_to_copies_misconception():
+    module_copies = {q: (False if q.startswith("model") else v) for q, v in RIGHT.items()}
+    _status(checks.check_is_predictions(lambda: module_copies), checks.FAILED, "works in place")
+
+
 def test_is_predictions_list_what_is_missing():
     _status(checks.check_is_predictions(lambda: {}), checks.FAILED, "no prediction yet")
 
@@ -141,31 +167,45 @@ def test_model_then_optimizer_passes():
     _status(checks.check_model_and_optimizer(build, OTHER), checks.PASSED)
 
 
-def test_optimizer_before_move_is_caught_when_parameters_are_replaced():
+def test_adagrad_built_before_the_move_is_caught_by_its_state():
+    def build(device):
+        model = nn.Linear(3, 2)
+        optimizer = torch.optim.Adagrad(model.parameters())
+        model.to(device)
+        return model, optimizer
+
+    _status(checks.check_model_and_optimizer(build, OTHER), checks.FAILED,
+            "optimizer's state is torch.float32 on cpu", "never touches the optimizer")
+
+
+def test_optimizer_state_of_another_dtype_is_caught():
+    def build(device):
+        model = nn.Linear(3, 2).to(device)
+        optimizer = torch.optim.Adagrad(model.parameters())
+        model.to(torch.float64)
+        return model, optimizer
+
+    _status(checks.check_model_and_optimizer(build, OTHER), checks.FAILED,
+            "torch.float32", "the weights torch.float64")
+
+
+def test_stateless_optimizer_built_before_a_replacing_move_is_caught():
     def build(device):
         model = nn.Linear(3, 2)
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
         model.to(device)  # cpu -> meta replaces the Parameter objects
         return model, optimizer
 
+    _status(checks.check_model_and_optimizer(build, OTHER), checks.FAILED, "replaced them")
+
+
+def test_optimizer_over_other_tensors_is_caught():
+    def build(device):
+        model = nn.Linear(3, 2).to(device)
+        return model, torch.optim.SGD([nn.Parameter(torch.zeros(5, device=device))], lr=0.1)
+
     _status(checks.check_model_and_optimizer(build, OTHER), checks.FAILED,
-            "built it before moving the model")
-
-
-def test_optimizer_before_move_is_caught_when_state_stays_behind():
-    # Parameters kept (as on cpu -> cuda), but Adagrad's state was made before the move.
-    torch.__future__.set_swap_module_params_on_conversion(True)
-    try:
-        def build(device):
-            model = nn.Linear(3, 2)
-            optimizer = torch.optim.Adagrad(model.parameters())
-            model.to(device)
-            return model, optimizer
-
-        feedback = checks.check_model_and_optimizer(build, OTHER)
-    finally:
-        torch.__future__.set_swap_module_params_on_conversion(False)
-    _status(feedback, checks.FAILED, "optimizer's state is on cpu", "never touches the optimizer")
+            "does not hold model.parameters()")
 
 
 def test_model_left_on_the_cpu_is_caught():

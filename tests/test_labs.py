@@ -41,12 +41,16 @@ def test_student_lab_has_a_stub_for_every_solution_region(solution):
 
 
 @pytest.mark.parametrize("solution", SOLUTIONS, ids=lambda p: p.name)
-def test_every_exercise_is_followed_by_a_check(solution):
-    cells = [c for c in nbformat.read(solution, as_version=4).cells if c.cell_type == "code"]
-    for index, cell in enumerate(cells):
-        if "### BEGIN SOLUTION" in cell.source:
-            following = cells[index + 1].source if index + 1 < len(cells) else ""
-            assert "checks.check_" in following, f"no check after exercise cell {index}"
+def test_every_exercise_is_checked_by_a_later_cell(solution):
+    import re
+
+    cells = [c.source for c in nbformat.read(solution, as_version=4).cells if c.cell_type == "code"]
+    for index, source in enumerate(cells):
+        if "### BEGIN SOLUTION" in source:
+            name = re.search(r"^def (\w+)", source, re.M).group(1)
+            later = "\n".join(cells[index + 1:])
+            checked = re.search(rf"checks\.check_\w+\([^)]*\b{name}\b", later)
+            assert checked, f"{name} is never checked"
 
 
 @pytest.mark.parametrize("solution", SOLUTIONS, ids=lambda p: p.name)
@@ -54,7 +58,7 @@ def test_student_lab_reports_not_attempted_and_solution_passes(solution):
     def outputs(path: Path) -> list[str]:
         cells = nbformat.read(path, as_version=4).cells
         return [o.get("data", {}).get("text/plain", "") for c in cells if c.cell_type == "code"
-                and "checks.check_" in c.source for o in c.outputs]
+                and c.source.startswith("checks.check_") for o in c.outputs]
 
     assert outputs(solution) and all(text.startswith("✅") for text in outputs(solution))
     student = outputs(lessons.LABS / solution.name)

@@ -192,8 +192,10 @@ def second_device(device: str | torch.device | None = None) -> torch.device:
 
     ``device`` (default: :func:`pick_device`) when it is an accelerator; otherwise
     ``meta``, a device with shapes and dtypes but no data. Meta is faithful for
-    placement (what moves, what is returned, what stays behind) but it is not a
-    GPU: say which one you got with :func:`describe_device`.
+    where tensors end up (what moves, what is returned, what stays behind) but it
+    is not a GPU: it computes nothing, some mixed cpu/meta operations succeed where
+    a GPU raises, and moving to meta replaces Parameter objects where a GPU keeps
+    them. Say which one you got with :func:`describe_device`.
     Introduced in 00_devices; used from 01_tensor_to on.
     """
     device = pick_device() if device is None else parse_device(device)
@@ -209,7 +211,7 @@ def describe_device(device: str | torch.device) -> str:
     if device.type == "meta":
         return (
             "meta: a stand-in device with shapes and dtypes but no data. "
-            "It shows where tensors go; it is not a GPU and does not compute."
+            "It shows where tensors end up; it is not a GPU and does not compute."
         )
     if device.type == "cpu":
         return "cpu: the computer's main memory and processor."
