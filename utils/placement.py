@@ -352,7 +352,7 @@ def placement_figure(module: nn.Module, device: str | torch.device | None = None
     hidden = max(0, len(rows) - max_rows)
     rows = rows[:max_rows]
     height = len(rows) + 1 + (1 if hidden else 0)
-    figure, axes = plt.subplots(figsize=(8.5, 0.6 + 0.32 * height))
+    figure, axes = plt.subplots(figsize=(10, 0.6 + 0.32 * height))
     axes.set_xlim(0, 10)
     axes.set_ylim(-0.5 - (1 if hidden else 0), len(rows) + 0.5)
     axes.axis("off")
@@ -376,7 +376,7 @@ def placement_figure(module: nn.Module, device: str | torch.device | None = None
         marks = [m for m, on in (("left behind by .to", left_behind),
                                  (f"not on {target}", off_target)) if on]
         note = placement.kind + (f"  ✗ {', '.join(marks)}" if marks else "")
-        axes.text(6.2, y, note, fontsize=8, va="center",
+        axes.text(4.6, y, note, fontsize=8, va="center",
                   color="#c00000" if marks else "#555555")
     if hidden:
         axes.text(0.4, -1, f"... {hidden} more rows not drawn", fontsize=9, style="italic")
@@ -385,6 +385,7 @@ def placement_figure(module: nn.Module, device: str | torch.device | None = None
                      label=d) for d in devices]
     handles.append(Patch(facecolor="white", edgecolor="#c00000", linewidth=2,
                          label="left behind by .to"))
-    axes.legend(handles=handles, loc="upper right", fontsize=8, title="device", title_fontsize=8)
+    axes.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8,
+                title="device", title_fontsize=8)
     figure.tight_layout()
     return figure
