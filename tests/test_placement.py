@@ -169,7 +169,8 @@ def _clean_models():
         "LSTM": nn.LSTM(4, 8, num_layers=2, bidirectional=True),
         "BatchNorm2d": nn.BatchNorm2d(3),
         "Embedding": nn.Embedding(10, 4),
-        "Sequential": nn.Sequential(nn.Embedding(10, 4), nn.LSTM(4, 4), nn.BatchNorm1d(4)),
+        "Sequential": nn.Sequential(  # structure only: audit never runs the model
+            nn.Embedding(10, 4), nn.LSTM(4, 4), nn.BatchNorm2d(4), transformer),
     }
 
 
