@@ -316,7 +316,8 @@ def audit(module: nn.Module, device: str | torch.device) -> Findings:
             findings.append(Finding(
                 placement.name, placement.kind, placement.device, target, True,
                 "it is registered, so Module.to moves it, but it has not been moved yet",
-                f"call model.to({str(target)!r}) (no reassignment needed)"))
+                f"call model.to({str(target)!r}) (no reassignment needed), or move "
+                f"the data to {placement.device} instead"))
         else:
             findings.append(Finding(
                 placement.name, placement.kind, placement.device, target, False,
