@@ -14,15 +14,21 @@ from utils.devices import (
     pick_device,
     second_device,
 )
+from utils.placement import Finding, Placement, audit, placement_figure, where
 
 __all__ = [
     "DEVICE_ENV_VAR",
     "DeviceNotAvailableError",
+    "Finding",
+    "Placement",
+    "audit",
     "available_devices",
     "describe_device",
     "environment_report",
     "is_accelerator",
     "parse_device",
     "pick_device",
+    "placement_figure",
     "second_device",
+    "where",
 ]

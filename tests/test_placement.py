@@ -1,0 +1,255 @@
+"""utils.placement: where() finds every tensor, audit() finds every straggler and no others."""
+
+from __future__ import annotations
+
+import statistics
+import time
+import warnings
+
+import matplotlib
+import pytest
+import torch
+from torch import nn
+from torch.overrides import TorchFunctionMode
+
+import utils
+from utils import placement
+
+matplotlib.use("Agg")
+
+
+class Block(nn.Module):
+    """One of each kind of tensor a module can hold."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(3, 3)
+        self.register_buffer("running", torch.zeros(3))
+        self.register_buffer("mask", torch.ones(3), persistent=False)
+        self.scale = torch.ones(3)  # plain attribute: left behind
+        self.stats = [torch.zeros(2)]  # tensor in a list: left behind
+        self.lookup = {"bias": torch.zeros(1)}  # tensor in a dict: left behind
+        self.heads = [nn.Linear(3, 1)]  # module in a plain list: left behind
+        self.experts = {"a": nn.Linear(3, 1)}  # module in a plain dict: left behind
+
+
+class Deep(nn.Module):
+    """Block three modules deep, inside a Sequential and a ModuleDict."""
+
+    def __init__(self):
+        super().__init__()
+        self.outer = nn.Sequential(nn.ModuleDict({"inner": Block()}))
+
+
+LEFT_BEHIND = {
+    "scale": placement.TENSOR_ATTRIBUTE,
+    "stats.0": placement.IN_LIST,
+    "lookup.bias": placement.IN_DICT,
+    "heads.0.weight": "parameter of a module in a plain list",
+    "heads.0.bias": "parameter of a module in a plain list",
+    "experts.a.weight": "parameter of a module in a plain dict",
+    "experts.a.bias": "parameter of a module in a plain dict",
+}
+MOVED = {
+    "linear.weight": placement.PARAMETER,
+    "linear.bias": placement.PARAMETER,
+    "running": placement.BUFFER,
+    "mask": placement.NON_PERSISTENT_BUFFER,
+}
+
+
+def _kinds(table, prefix=""):
+    return {p.name.removeprefix(prefix): (p.kind, p.moved_by_to) for p in table}
+
+
+def test_where_lists_every_kind_of_tensor_with_whether_module_to_moves_it():
+    kinds = _kinds(utils.where(Block()))
+    expected = {name: (kind, False) for name, kind in LEFT_BEHIND.items()}
+    expected |= {name: (kind, True) for name, kind in MOVED.items()}
+    assert kinds == expected
+
+
+def test_where_gives_dotted_paths_several_modules_deep():
+    names = {p.name for p in utils.where(Deep())}
+    assert "outer.0.inner.heads.0.weight" in names
+    assert "outer.0.inner.lookup.bias" in names
+    assert len(names) == len(LEFT_BEHIND) + len(MOVED)
+
+
+def test_where_reports_device_dtype_and_shape():
+    model = Block().to(torch.float64).to("meta")
+    rows = {p.name: p for p in utils.where(model)}
+    assert rows["linear.weight"].device == torch.device("meta")
+    assert rows["linear.weight"].dtype == torch.float64
+    assert rows["linear.weight"].shape == (3, 3)
+    assert rows["scale"].device == torch.device("cpu") and rows["scale"].dtype == torch.float32
+
+
+def test_where_accepts_a_tensor_and_a_dict_of_tensors_and_modules():
+    assert [p.name for p in utils.where(torch.ones(2))] == ["tensor"]
+    batch = {"inputs": torch.ones(2), "model": nn.Linear(2, 1), "more": [torch.ones(1)]}
+    table = utils.where(batch)
+    assert [p.name for p in table] == ["inputs", "model.weight", "model.bias", "more.0"]
+    assert [p.moved_by_to for p in table] == [None, True, True, None]
+
+
+def test_where_renders_as_text_and_as_html():
+    table = utils.where(Block())
+    text = str(table)
+    assert text.splitlines()[0].split()[:2] == ["name", "kind"]
+    assert "heads.0.weight" in text and "NO" in text
+    html = table._repr_html_()
+    assert html.startswith("<table>") and "<td style='text-align:left'>scale</td>" in html
+    assert str(placement.PlacementTable()) == "(no tensors found)"
+
+
+def test_where_marks_lstm_flat_weights_as_the_registered_parameters():
+    rows = [p for p in utils.where(nn.LSTM(3, 4)) if p.name.startswith("_flat_weights")]
+    assert rows and all(p.alias_of and p.moved_by_to for p in rows)
+
+
+def test_where_rejects_what_holds_no_tensors():
+    with pytest.raises(TypeError, match="module, a tensor, or a dict/list"):
+        utils.where("model")
+
+
+@pytest.mark.parametrize("model_class", [Block, Deep])
+def test_audit_finds_every_straggler_after_to(model_class):
+    model = model_class().to("meta")
+    prefix = "outer.0.inner." if model_class is Deep else ""
+    findings = utils.audit(model, "meta")
+    assert {f.name.removeprefix(prefix) for f in findings} == set(LEFT_BEHIND)
+    assert not any(f.moved_by_to for f in findings)
+
+
+def test_audit_also_reports_registered_tensors_not_moved_yet():
+    findings = utils.audit(Block(), "meta")
+    registered = {f.name for f in findings if f.moved_by_to}
+    assert registered == set(MOVED)
+    assert "call model.to('meta')" in str(findings[0]) or any(
+        "call model.to('meta')" in str(f) for f in findings
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "fix"),
+    [
+        ("scale", "register_buffer('scale'"),
+        ("stats.0", "nn.ParameterList"),
+        ("lookup.bias", "nn.ParameterDict"),
+        ("heads.0.weight", "nn.ModuleList"),
+        ("experts.a.bias", "nn.ModuleDict"),
+    ],
+)
+def test_each_finding_names_the_path_says_why_and_gives_the_fix(name, fix):
+    findings = {f.name: str(f) for f in utils.audit(Block().to("meta"), "meta")}
+    message = findings[name]
+    assert message.startswith(f"{name} (")
+    assert "is on cpu and .to('meta') leaves it there" in message
+    assert fix in message
+
+
+def test_audit_of_a_fixed_model_has_no_findings():
+    model = Block()
+    del model.scale, model.stats, model.lookup, model.heads, model.experts
+    model.register_buffer("scale", torch.ones(3))
+    model.heads = nn.ModuleList([nn.Linear(3, 1)])
+    findings = utils.audit(model.to("meta"), "meta")
+    assert findings == []
+    assert str(findings) == "No findings: every tensor ends up on meta after .to('meta')."
+
+
+def _clean_models():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # nn.Transformer warns about nested tensors
+        transformer = nn.Transformer(d_model=16, nhead=2, num_encoder_layers=2,
+                                     num_decoder_layers=2, dim_feedforward=32)
+    return {
+        "Transformer": transformer,
+        "LSTM": nn.LSTM(4, 8, num_layers=2, bidirectional=True),
+        "BatchNorm2d": nn.BatchNorm2d(3),
+        "Embedding": nn.Embedding(10, 4),
+        "Sequential": nn.Sequential(  # structure only: audit never runs the model
+            nn.Embedding(10, 4), nn.LSTM(4, 4), nn.BatchNorm2d(4), transformer),
+    }
+
+
+@pytest.mark.parametrize("name", list(_clean_models()))
+@pytest.mark.parametrize("target", ["meta", "cpu"])
+def test_audit_finds_nothing_on_standard_layers(name, target):
+    model = _clean_models()[name].to(target)
+    assert utils.audit(model, target) == []
+    assert utils.where(model).devices() == {torch.device(target)}
+
+
+def test_audit_accepts_devices_this_machine_lacks():
+    findings = utils.audit(nn.Linear(2, 2), "cuda:3")
+    assert {f.target for f in findings} == {torch.device("cuda:3")}
+    assert len(findings) == 2
+
+
+def test_audit_reads_a_bare_accelerator_name_as_the_device_to_puts_tensors_on():
+    findings = utils.audit(nn.Linear(2, 2), "cuda")
+    expected = torch.cuda.current_device() if torch.cuda.is_available() else 0
+    assert findings.target == torch.device("cuda", expected)
+
+
+def test_audit_rejects_what_is_not_a_module():
+    with pytest.raises(TypeError, match="audit\\(\\) needs an nn.Module, got Tensor"):
+        utils.audit(torch.ones(2), "cpu")
+    with pytest.raises(TypeError, match="got dict"):
+        utils.audit({"model": nn.Linear(1, 1)}, "cpu")
+
+
+@pytest.mark.parametrize("device", ["gpu", "cuda:x", "cpu:-1:2"])
+def test_audit_rejects_a_device_torch_cannot_parse(device):
+    with pytest.raises(ValueError, match="not a device string PyTorch understands"):
+        utils.audit(nn.Linear(1, 1), device)
+
+
+class _RecordCalls(TorchFunctionMode):
+    """Records every torch function and tensor method called while it is active."""
+
+    def __init__(self):
+        super().__init__()
+        self.names = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.names.append(getattr(func, "__qualname__", getattr(func, "__name__", str(func))))
+        return func(*args, **(kwargs or {}))
+
+
+def test_audit_never_copies_tensor_data():
+    model = Block()
+    with _RecordCalls() as recorder:
+        utils.audit(model, "meta")
+        utils.where(model)
+    # Allowed: attribute reads (Tensor.device.__get__ ...) and building the torch.device target.
+    copying = [n for n in recorder.names if not n.endswith("__get__") and n != "device"]
+    assert copying == [], f"audit called tensor functions that may copy: {copying}"
+    assert recorder.names  # the recorder works: it saw the .device/.dtype/.shape reads
+
+
+def test_placement_figure_marks_stragglers():
+    figure = utils.placement_figure(Block().to("meta"), "meta")
+    texts = [t.get_text() for t in figure.axes[0].texts]
+    assert any("scale  [cpu]" == t for t in texts)
+    assert any("left behind by .to" in t for t in texts)
+    assert figure.axes[0].get_title() == "Where the tensors of Block live"
+    with pytest.raises(TypeError, match="needs an nn.Module"):
+        utils.placement_figure(torch.ones(1))
+
+
+def test_audit_of_a_44m_parameter_transformer_takes_well_under_a_tenth_of_a_second():
+    """Benchmark, not a single timing: the median of 7 runs must be under 0.1 s."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with torch.device("meta"):  # same structure and 44M parameters, no memory or init time
+            model = nn.Transformer()
+    assert sum(p.numel() for p in model.parameters()) > 44_000_000
+    timings = []
+    for _ in range(7):
+        start = time.perf_counter()
+        utils.audit(model, "cpu")
+        timings.append(time.perf_counter() - start)
+    assert statistics.median(timings) < 0.1, f"median {statistics.median(timings):.4f} s"
