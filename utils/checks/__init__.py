@@ -1,0 +1,34 @@
+"""Checks for the labs: each one names the misconception behind a wrong answer.
+
+A check takes the learner's function (or value), runs it on small real inputs, and
+returns a :class:`Feedback`, displayed as one line: passed (a short confirmation),
+failed (what happened, the misconception behind it, what to do), or not attempted
+(the exercise still raises ``NotImplementedError``). One module per lab; the labs
+use them as ``from utils import checks`` then ``checks.check_...``.
+"""
+
+from utils.checks.feedback import FAILED, NOT_ATTEMPTED, PASSED, Feedback
+from utils.checks.lab02 import (
+    IS_QUESTIONS,
+    check_is_predictions,
+    check_model_and_optimizer,
+    check_prepare,
+    check_where_is_it_now,
+)
+from utils.checks.lab06 import check_atomic_save, check_resume, tiny_training, train_epoch
+
+__all__ = [
+    "FAILED",
+    "IS_QUESTIONS",
+    "NOT_ATTEMPTED",
+    "PASSED",
+    "Feedback",
+    "check_atomic_save",
+    "check_is_predictions",
+    "check_model_and_optimizer",
+    "check_prepare",
+    "check_resume",
+    "check_where_is_it_now",
+    "tiny_training",
+    "train_epoch",
+]
