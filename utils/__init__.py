@@ -14,15 +14,27 @@ from utils.devices import (
     pick_device,
     second_device,
 )
+from utils.widgets import (
+    WIDGETS_ENV_VAR,
+    explore_save_load,
+    quiz,
+    view_placement,
+    widget_mode,
+)
 
 __all__ = [
     "DEVICE_ENV_VAR",
     "DeviceNotAvailableError",
+    "WIDGETS_ENV_VAR",
     "available_devices",
     "describe_device",
     "environment_report",
+    "explore_save_load",
     "is_accelerator",
     "parse_device",
     "pick_device",
+    "quiz",
     "second_device",
+    "view_placement",
+    "widget_mode",
 ]
