@@ -357,7 +357,8 @@ def scenario_explorer():
                               description="loaded on:", style=style)
     kind = widgets.Dropdown(options=list(MAP_LOCATION_KINDS), value="none",
                             description="map_location:", style=style)
-    run = widgets.Button(description="Run this case", button_style="primary")
+    run = widgets.Button(description="Run this case", button_style="primary",
+                         layout=widgets.Layout(width="auto"))
     run.add_class("lessons-scenario-run")
     result = widgets.HTML(value="<i>Predict what happens, then press Run this case.</i>")
 
@@ -529,7 +530,8 @@ def placement_viewer():
     targets = [d for d in available_devices() if d != "cpu"] + ["meta", "cpu"]
     target = widgets.Dropdown(options=targets, value=str(second_device()),
                               description="model.to(...):", style=style)
-    show = widgets.Button(description="Show where tensors are", button_style="primary")
+    show = widgets.Button(description="Show where tensors are", button_style="primary",
+                          layout=widgets.Layout(width="auto"))
     show.add_class("lessons-placement-show")
     result = widgets.HTML(value="<i>Predict what moves, then press Show.</i>")
 
