@@ -103,7 +103,7 @@ def _api(base: str, token: str, path: str, method: str = "GET"):
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
-    """A JupyterLab serving a copy of notebooks/; yields (base URL, token)."""
+    """A JupyterLab serving a copy of notebooks/; yields (base URL, token, wait_until_ready)."""
     _chromium()  # skip before starting anything when there is no browser
     root = tmp_path_factory.mktemp("lab")
     shutil.copytree(lessons.NOTEBOOKS, root / "notebooks",
@@ -133,19 +133,22 @@ def lab(tmp_path_factory):
         cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
     )
     base = f"http://127.0.0.1:{port}"
-    try:
+
+    def wait_until_ready() -> None:
         deadline = time.monotonic() + 60
         while True:
             try:
                 _api(base, token, "/api/status")
-                break
+                return
             except (urllib.error.URLError, ConnectionError, TimeoutError):
                 if server.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError(
                         f"JupyterLab did not start: {(root / 'server.log').read_text()[-2000:]}"
                     ) from None
-                time.sleep(0.5)
-        yield base, token
+                time.sleep(0.25)
+
+    try:
+        yield base, token, wait_until_ready  # the browser starts while the server boots
     finally:
         try:
             _api(base, token, "/api/shutdown", method="POST")  # also stops its kernels
@@ -176,7 +179,8 @@ def browser_page(lab, tmp_path_factory):
         )
         try:
             page = context.pages[0] if context.pages else context.new_page()
-            base, token = lab
+            base, token, wait_until_ready = lab
+            wait_until_ready()
             page.goto(f"{base}/lab?reset&token={token}")
             page.wait_for_function("() => window.jupyterapp && window.jupyterapp.shell",
                                    timeout=60_000)
@@ -267,7 +271,7 @@ def _run_all(page, notebook: Path | str) -> list[dict]:
 
 
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda path: path.name)
-def test_notebook_runs_all_in_jupyterlab_with_widgets_rendered(lab, browser_page, notebook):
+def test_notebook_runs_all_in_jupyterlab_with_widgets_rendered(browser_page, notebook):
     page = browser_page
     try:
         cells = _run_all(page, notebook)
