@@ -383,8 +383,8 @@ def scenario_explorer():
 # ---------------------------------------------------------------------------------------
 # The placement viewer (notebooks 03-04)
 # TODO(integrator): after merging utils.placement, build the rows from
-# utils.placement.where(model) and the verdict from utils.placement.audit(model), and
-# delete placement_rows below.
+# utils.placement.where(model) (a PlacementTable) and the verdict from
+# utils.placement.audit(model, target) (Findings), and delete placement_rows and _strays.
 # ---------------------------------------------------------------------------------------
 
 
