@@ -521,14 +521,15 @@ def placement_viewer():
 
     The last child (an ``HTML`` widget) shows each tensor's name, device and kind after
     ``model.to(target)``, what was left behind, and one forward pass.
-    Targets: this machine's devices and meta. For 03_module_to and 04_cross_device_errors.
+    Targets: this machine's accelerators, meta, then cpu; the first is preselected.
+    For 03_module_to and 04_cross_device_errors.
     """
     widgets = _widgets()
     style = {"description_width": "initial"}
     variant = widgets.Dropdown(options=list(VARIANTS), value="clean model",
                                description="model:", style=style)
     targets = [d for d in available_devices() if d != "cpu"] + ["meta", "cpu"]
-    target = widgets.Dropdown(options=targets, value=str(second_device()),
+    target = widgets.Dropdown(options=targets, value=targets[0],
                               description="model.to(...):", style=style)
     show = widgets.Button(description="Show where tensors are", button_style="primary",
                           layout=widgets.Layout(width="auto"))
@@ -579,7 +580,9 @@ def view_placement() -> None:
         _display(placement_viewer())
         return
     target = str(second_device())
-    print(f"What model.to({target!r}) leaves behind, per model variant:")
+    print(f"After model.to({target!r}): what is left behind, and one forward pass")
     for variant in VARIANTS:
-        left = ", ".join(placement_report(variant, target)["left_behind"]) or "nothing"
-        print(f"  {variant:<26} {left}")
+        report = placement_report(variant, target)
+        left = ", ".join(report["left_behind"]) or "nothing"
+        forward = "works" if " works;" in report["forward"] else "fails"
+        print(f"  {variant:<26} left behind: {left}; forward {forward}")
