@@ -301,6 +301,7 @@ def test_notebook_runs_all_in_jupyterlab_with_widgets_rendered(browser_page, not
             right, text = quiz_feedback(choices[0], choices, answer, explanations)
             mark = "✔" if right else "✘"
             assert feedback.inner_text().strip() == f"{mark} {text.replace('`', '')}"
+            first.evaluate("quiz => quiz.scrollIntoView({block: 'center'})")  # for the picture
         SCREENSHOTS.mkdir(exist_ok=True)
         page.screenshot(path=str(SCREENSHOTS / f"{notebook.stem}.png"))
     finally:
