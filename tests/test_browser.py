@@ -15,9 +15,10 @@ Chromium is Debian's package (``apt-get install chromium``), driven by Playwrigh
 Python through its ``executable_path``; Playwright's own browser download is not used.
 Outside CI a missing Chromium skips this file; with ``CI=true`` it fails.
 
-TODO(notebook 05): when notebooks/05_save_load_scenarios.ipynb shows the scenario
-explorer (utils.explore_save_load()), click "Run this case" here and check the result
-text; until then the explorer is tested from Python only (tests/test_widgets.py).
+The scenario explorer and the placement viewer are clicked in a scratch notebook written
+into the server's temporary folder (never committed), since notebooks 03-05 do not show
+them yet. TODO(notebooks 03-05): once they call utils.explore_save_load() and
+utils.view_placement(), click the widgets in those notebooks instead and drop the scratch.
 """
 
 from __future__ import annotations
