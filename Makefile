@@ -6,15 +6,26 @@ STAMP  := $(VENV)/.installed
 PORT   ?= 8888
 # JupyterLab refuses to run as root unless told; containers and CI machines often are root.
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
+# A second environment with the ipywidgets Colab ships (requirements-ipywidgets7.txt).
+VENV7  ?= .venv-ipyw7
+STAMP7 := $(VENV7)/.installed
+IPYW7  := $(shell sed -n 's/^ipywidgets==\([^ ]*\).*/\1/p' requirements-ipywidgets7.txt)
+# Its other versions come from requirements.txt, the one source of versions.
+PINS7  := $(shell grep -oE '^(torch|numpy|matplotlib|pytest)==[^ ]+' requirements.txt)
 
-.PHONY: lab test install nav labs run-notebooks measure clean
+.PHONY: lab test test-ipywidgets7 install nav labs run-notebooks measure clean
 
 lab: $(STAMP)  ## Start JupyterLab on the notebooks
 	$(BIN)/jupyter lab --ServerApp.root_dir="$(CURDIR)" --port=$(PORT) \
 		--LabApp.default_url=/lab/tree/notebooks $(ROOT_FLAG) $(LAB_ARGS)
 
-test: $(STAMP)  ## Run the whole test suite (unit tests, notebooks under nbval, repo checks)
+test: $(STAMP) $(STAMP7)  ## Run the whole test suite (unit tests, notebooks, browser, widgets on 7)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(MAKE) --no-print-directory test-ipywidgets7
+
+test-ipywidgets7: $(STAMP7)  ## The widget tests again, with ipywidgets 7.7 as on Colab
+	EXPECT_IPYWIDGETS=$(IPYW7) $(VENV7)/bin/python -m pytest -o addopts="" -p no:cacheprovider \
+		-q -W ignore::DeprecationWarning tests/test_widgets.py
 
 install: $(STAMP)
 
@@ -23,6 +34,12 @@ $(STAMP): requirements.txt pyproject.toml
 	$(BIN)/python -m pip install --quiet -r requirements.txt
 	$(BIN)/python -m pip install --quiet --no-deps -e .
 	touch $(STAMP)
+
+$(STAMP7): requirements-ipywidgets7.txt requirements.txt pyproject.toml
+	test -x $(VENV7)/bin/python || $(PYTHON) -m venv $(VENV7)
+	$(VENV7)/bin/python -m pip install --quiet -r requirements-ipywidgets7.txt $(PINS7)
+	$(VENV7)/bin/python -m pip install --quiet --no-deps -e .
+	touch $(STAMP7)
 
 nav: $(STAMP)  ## Regenerate the README table and each notebook's badges and navigation
 	$(BIN)/python tools/build_nav.py
@@ -37,4 +54,4 @@ measure: $(STAMP)  ## Run All wall time and kernel peak RSS for each notebook
 	$(BIN)/python tools/measure_notebooks.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(VENV7) build *.egg-info .pytest_cache .ruff_cache

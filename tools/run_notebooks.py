@@ -7,7 +7,8 @@ This is how every stored output in the repository is produced. Usage:
 
 Cells tagged ``raises-exception`` may raise; any other error stops with a message.
 The picked device is forced to the CPU (LESSONS_DEVICE=cpu) so stored outputs are
-the CPU-only ones the tests compare against.
+the CPU-only ones the tests compare against, and widgets print their plain-text form
+(LESSONS_WIDGETS=text, see utils/widgets.py) so stored outputs are readable text.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ def execute(path: Path, timeout: int = 300) -> nbformat.NotebookNode:
     """Run ``path`` in a fresh kernel with its folder as working directory; return it."""
     notebook = nbformat.read(path, as_version=4)
     os.environ["LESSONS_DEVICE"] = "cpu"
+    os.environ["LESSONS_WIDGETS"] = "text"
     client = NotebookClient(
         notebook,
         timeout=timeout,
