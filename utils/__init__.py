@@ -14,6 +14,7 @@ from utils.devices import (
     pick_device,
     second_device,
 )
+from utils.ops import aten_ops
 from utils.placement import Finding, Placement, audit, placement_figure, where
 from utils.widgets import (
     WIDGETS_ENV_VAR,
@@ -29,6 +30,7 @@ __all__ = [
     "Finding",
     "Placement",
     "WIDGETS_ENV_VAR",
+    "aten_ops",
     "audit",
     "available_devices",
     "describe_device",
