@@ -372,3 +372,16 @@ def test_placement_figure_collapses_clean_subtrees_and_draws_stragglers():
     clean = utils.placement_figure(nn.Linear(2, 2).to("meta"), "meta")
     labels = [t.get_text() for t in clean.axes[0].get_legend().get_texts()]
     assert "left behind by .to" not in labels
+
+
+def test_tied_weights_and_nested_dicts_come_out_right():
+    class Tied(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Embedding(5, 3)
+            self.head = nn.Linear(3, 5, bias=False)
+            self.head.weight = self.embed.weight
+            self.config = {"nested": {"x": [torch.zeros(1)]}}
+
+    findings = utils.audit(Tied().to("meta"), "meta")
+    assert [f.name for f in findings] == ["config.nested.x.0"]
