@@ -9,6 +9,7 @@ import warnings
 import matplotlib
 import pytest
 import torch
+import torch.nn.utils.prune
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
@@ -253,3 +254,134 @@ def test_audit_of_a_44m_parameter_transformer_takes_well_under_a_tenth_of_a_seco
         utils.audit(model, "cpu")
         timings.append(time.perf_counter() - start)
     assert statistics.median(timings) < 0.1, f"median {statistics.median(timings):.4f} s"
+
+
+# ------------------------------------------------ review 03/04: false findings and misses
+
+
+class AlsoInAList(nn.Module):
+    """Registered modules that are also kept in plain lists (a common convenience)."""
+
+    def __init__(self):
+        super().__init__()
+        self.enc = nn.Linear(2, 2)
+        self.body = nn.Sequential(nn.Linear(2, 2))
+        self.all = [self.enc]
+        self.first = [self.body[0]]
+
+
+@pytest.mark.parametrize("moved", [False, True])
+def test_a_registered_module_also_in_a_plain_list_is_not_a_finding(moved):
+    model = AlsoInAList().to("meta") if moved else AlsoInAList()
+    rows = {p.name: p for p in utils.where(model)}
+    assert rows["enc.weight"].kind == placement.PARAMETER and rows["enc.weight"].moved_by_to
+    assert rows["body.0.bias"].moved_by_to
+    assert not any("plain list" in p.kind for p in rows.values())
+    findings = utils.audit(model, "meta")
+    assert all(f.moved_by_to for f in findings), [str(f) for f in findings]
+    assert len(findings) == (0 if moved else 4)
+
+
+class BufferAlias(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("mask", torch.ones(2))
+        self.masks = [self.mask]  # Module._apply replaces buffer objects: this one stays
+        self.linear = nn.Linear(2, 2)
+        self.weights = [self.linear.weight]  # param.data is swapped in place on CUDA
+
+
+def test_a_buffer_kept_in_a_list_is_left_behind_before_and_after_the_move():
+    before = {f.name: f for f in utils.audit(BufferAlias(), "cuda:0")}
+    assert not before["masks.0"].moved_by_to
+    assert "replaces" in str(before["masks.0"])
+    assert "weights.0" not in before  # a parameter alias follows the move on a GPU
+    after = utils.audit(BufferAlias().to("meta"), "meta")
+    assert "masks.0" in {f.name for f in after}
+    assert utils.where(BufferAlias()).left_behind()[0].name == "masks.0"
+
+
+@pytest.mark.parametrize("apply", ["weight_norm", "spectral_norm", "prune"])
+def test_a_weight_recomputed_by_a_pre_hook_is_not_a_finding(apply):
+    layer = nn.Linear(3, 3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # weight_norm is deprecated
+        if apply == "prune":
+            torch.nn.utils.prune.l1_unstructured(layer, "weight", 0.5)
+        else:
+            getattr(torch.nn.utils, apply)(layer)
+    assert utils.audit(layer.to("meta"), "meta") == []
+    row = {p.name: p for p in utils.where(layer)}["weight"]
+    assert row.kind == placement.RECOMPUTED and "register_buffer" not in row.kind
+
+
+def test_a_cpu_index_in_the_target_means_the_cpu():
+    findings = utils.audit(nn.Linear(2, 2), "cpu:0")
+    assert findings == [] and findings.target == torch.device("cpu")
+
+
+class Containers(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.pair = (torch.ones(1), torch.ones(1))
+        self.unique = {torch.ones(1)}
+        self.layers = (nn.Linear(1, 1),)
+
+
+def test_tensors_in_tuples_and_sets_are_found_and_named_for_what_holds_them():
+    kinds = _kinds(utils.where(Containers().to("meta")))
+    assert kinds["pair.0"] == (placement.IN_TUPLE, False)
+    assert kinds["unique.0"] == (placement.IN_SET, False)
+    assert kinds["layers.0.weight"] == ("parameter of a module in a plain tuple", False)
+    messages = {f.name: str(f) for f in utils.audit(Containers(), "meta")}
+    assert "nn.ModuleList" in messages["layers.0.bias"]
+    assert "tensor in a set" in messages["unique.0"]
+
+
+def test_where_stops_at_a_cycle():
+    cyclic = [torch.ones(1)]
+    cyclic.append(cyclic)
+    table = utils.where({"batch": cyclic, "again": cyclic})
+    assert [p.name for p in table] == ["batch.0"]
+
+    class Loop(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.state = {"x": torch.ones(1)}
+            self.state["self"] = self.state
+    assert [p.name for p in utils.where(Loop())] == ["state.x"]
+
+
+def test_where_lists_a_module_s_registered_tensors_before_its_stragglers():
+    names = [p.name for p in utils.where(Block())]
+    assert names.index("running") < names.index("linear.weight") < names.index("scale")
+    assert names[-1] == "experts.a.bias"  # what Module.to does not see comes last
+
+
+def test_placement_figure_collapses_clean_subtrees_and_draws_stragglers():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = nn.Transformer(d_model=8, nhead=2, num_encoder_layers=1,
+                               num_decoder_layers=1, dim_feedforward=8).to("meta")
+    model.extra = torch.ones(1)
+    figure = utils.placement_figure(model, "meta")
+    texts = [t.get_text() for t in figure.axes[0].texts]
+    assert not any("more rows" in t for t in texts)
+    assert any(t.startswith("encoder/") and "all on meta" in t for t in texts)
+    assert "extra  [cpu]" in texts
+    clean = utils.placement_figure(nn.Linear(2, 2).to("meta"), "meta")
+    labels = [t.get_text() for t in clean.axes[0].get_legend().get_texts()]
+    assert "left behind by .to" not in labels
+
+
+def test_tied_weights_and_nested_dicts_come_out_right():
+    class Tied(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Embedding(5, 3)
+            self.head = nn.Linear(3, 5, bias=False)
+            self.head.weight = self.embed.weight
+            self.config = {"nested": {"x": [torch.zeros(1)]}}
+
+    findings = utils.audit(Tied().to("meta"), "meta")
+    assert [f.name for f in findings] == ["config.nested.x.0"]

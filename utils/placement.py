@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import html
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import matplotlib.pyplot as plt
 import torch
@@ -30,11 +30,18 @@ NON_PERSISTENT_BUFFER = "non-persistent buffer"
 #: Kinds that ``Module.to`` leaves where they are.
 TENSOR_ATTRIBUTE = "plain tensor attribute"
 IN_LIST = "tensor in a list"
+IN_TUPLE = "tensor in a tuple"
+IN_SET = "tensor in a set"
 IN_DICT = "tensor in a dict"
+#: A plain attribute that a forward pre-hook rebuilds from a registered tensor before
+#: every call (``weight`` under weight_norm, spectral_norm or pruning): not a straggler.
+RECOMPUTED = "plain attribute, recomputed before each forward from a registered tensor"
 #: A tensor passed to :func:`where` directly, not found inside a module.
 LOOSE = "tensor"
 
 _MOVED_KINDS = (PARAMETER, BUFFER, NON_PERSISTENT_BUFFER)
+_CONTAINER_KINDS = {None: TENSOR_ATTRIBUTE, "list": IN_LIST, "tuple": IN_TUPLE, "set": IN_SET,
+                    "dict": IN_DICT}
 # Attributes every nn.Module has; anything else in a module's __dict__ was set by its author.
 _MODULE_INTERNALS = frozenset(vars(nn.Module()))
 _MAX_DEPTH = 6  # how deep into nested lists/dicts to look for tensors
@@ -44,9 +51,9 @@ _MAX_DEPTH = 6  # how deep into nested lists/dicts to look for tensors
 class Placement:
     """One tensor reachable from an object: where it is and whether ``Module.to`` moves it.
 
-    ``moved_by_to`` is None for a tensor that is not inside a module. ``alias_of``
-    names the registered tensor this entry is the same object as (for example
-    ``nn.LSTM._flat_weights``), or is empty.
+    ``moved_by_to`` is None for a tensor that is not inside a module (and for
+    :data:`RECOMPUTED`). ``alias_of`` names the registered parameter or buffer this
+    entry is the same object as (for example ``nn.LSTM._flat_weights``), or is empty.
     """
 
     name: str
@@ -60,6 +67,8 @@ class Placement:
     def row(self) -> tuple[str, str, str, str, str, str]:
         """The printable cells: name, kind, device, dtype, shape, moved by Module.to."""
         moved = {True: "yes", False: "NO", None: "-"}[self.moved_by_to]
+        if self.kind == RECOMPUTED:
+            moved = "rebuilt each call"
         kind = f"{self.kind} (same object as {self.alias_of})" if self.alias_of else self.kind
         dtype = str(self.dtype).replace("torch.", "")
         return self.name, kind, str(self.device), dtype, str(tuple(self.shape)), moved
@@ -117,54 +126,106 @@ def _placement(name: str, kind: str, tensor: torch.Tensor, moved: bool | None,
     return Placement(name, kind, tensor.device, tensor.dtype, tuple(tensor.shape), moved, alias_of)
 
 
+class _Walk:
+    """What one call of :func:`where` has seen so far (so nothing is listed twice)."""
+
+    def __init__(self) -> None:
+        self.parameters: dict[int, str] = {}  # id -> dotted name of a registered parameter
+        self.buffers: dict[int, str] = {}  # id -> dotted name of a registered buffer
+        self.modules: set[int] = set()  # ids of registered modules
+        self.seen: set[int] = set()  # ids of modules and containers already walked
+
+    def register(self, module: nn.Module, prefix: str) -> None:
+        """Note every registered module, parameter and buffer of ``module`` (a root)."""
+        self.modules.update(id(m) for m in module.modules())
+        for name, param in module.named_parameters(prefix):
+            self.parameters.setdefault(id(param), name)
+        for name, buffer in module.named_buffers(prefix):
+            self.buffers.setdefault(id(buffer), name)
+
+
+def _recomputed(module: nn.Module, name: str) -> bool:
+    """True for ``weight`` under weight_norm, spectral_norm or pruning: a pre-hook rebuilds it."""
+    if not module._forward_pre_hooks:
+        return False
+    return hasattr(module, f"{name}_orig") or (
+        hasattr(module, f"{name}_g") and hasattr(module, f"{name}_v"))
+
+
 def _walk_module(module: nn.Module, prefix: str, registered: bool, how: str,
-                 aliases: dict[int, str], seen: set[int]) -> Iterator[Placement]:
+                 walk: _Walk) -> Iterator[Placement]:
     """Every tensor of ``module`` and its submodules, plain attributes and containers included.
 
-    ``registered`` is False for a module reached through a plain list/dict (``how``
-    says which): then even its parameters are not moved by the owner's ``to``.
+    Per module: its parameters, its buffers, its submodules (depth first), then what
+    ``Module.to`` does not see. ``registered`` is False for a module reached through
+    a plain list/tuple/set/dict (``how`` says which): then even its parameters are not
+    moved by the owner's ``to``.
     """
-    for path, sub in module.named_modules(prefix=prefix):
-        if id(sub) in seen:
+    if id(module) in walk.seen:
+        return
+    walk.seen.add(id(module))
+    for name, param in module._parameters.items():
+        if param is not None:
+            kind = PARAMETER if registered else f"{PARAMETER} of a module in a plain {how}"
+            yield _placement(_join(prefix, name), kind, param, registered)
+    for name, buffer in module._buffers.items():
+        if buffer is not None:
+            base = NON_PERSISTENT_BUFFER if name in module._non_persistent_buffers_set else BUFFER
+            kind = base if registered else f"{base} of a module in a plain {how}"
+            yield _placement(_join(prefix, name), kind, buffer, registered)
+    for name, child in module._modules.items():
+        if child is not None:
+            yield from _walk_module(child, _join(prefix, name), registered, how, walk)
+    for name, value in vars(module).items():
+        if name in _MODULE_INTERNALS:
             continue
-        seen.add(id(sub))
-        for name, param in sub._parameters.items():
-            if param is not None:
-                kind = PARAMETER if registered else f"{PARAMETER} of a module in a plain {how}"
-                yield _placement(_join(path, name), kind, param, registered)
-        for name, buffer in sub._buffers.items():
-            if buffer is not None:
-                base = NON_PERSISTENT_BUFFER if name in sub._non_persistent_buffers_set else BUFFER
-                kind = base if registered else f"{base} of a module in a plain {how}"
-                yield _placement(_join(path, name), kind, buffer, registered)
-        for name, value in vars(sub).items():
-            if name not in _MODULE_INTERNALS:
-                yield from _walk_value(value, _join(path, name), None, aliases, seen, 0)
+        if isinstance(value, torch.Tensor) and _recomputed(module, name):
+            yield _placement(_join(prefix, name), RECOMPUTED, value, None)
+        else:
+            yield from _walk_value(value, _join(prefix, name), None, walk, 0)
 
 
-def _walk_value(value: object, name: str, how: str | None, aliases: dict[int, str],
-                seen: set[int], depth: int) -> Iterator[Placement]:
-    """Tensors inside an attribute value: a tensor, a list/tuple/dict, or a module in one."""
+def _walk_value(value: object, name: str, how: str | None, walk: _Walk,
+                depth: int) -> Iterator[Placement]:
+    """Tensors inside an attribute value: a tensor, a list/tuple/set/dict, or a module in one."""
     if isinstance(value, torch.Tensor):
-        kind = {None: TENSOR_ATTRIBUTE, "list": IN_LIST, "dict": IN_DICT}[how]
-        alias = aliases.get(id(value), "")
-        yield _placement(name, kind, value, bool(alias), alias)
-    elif isinstance(value, nn.Module) and how is not None:
-        yield from _walk_module(value, name, False, how, aliases, seen)
-    elif depth < _MAX_DEPTH and isinstance(value, (list, tuple)):
-        for index, item in enumerate(value):
-            yield from _walk_value(item, _join(name, str(index)), "list", aliases, seen, depth + 1)
-    elif depth < _MAX_DEPTH and isinstance(value, dict):
+        kind = _CONTAINER_KINDS[how]
+        if id(value) in walk.parameters:  # the same object: Module.to moves it in place
+            yield _placement(name, kind, value, True, walk.parameters[id(value)])
+        elif id(value) in walk.buffers:  # Module.to replaces buffers: this reference stays
+            yield _placement(name, kind, value, False, walk.buffers[id(value)])
+        else:
+            yield _placement(name, kind, value, False)
+        return
+    if isinstance(value, nn.Module):
+        if how is not None and id(value) not in walk.modules:  # registered: listed already
+            yield from _walk_module(value, name, False, how, walk)
+        return
+    if depth >= _MAX_DEPTH or id(value) in walk.seen:
+        return
+    if isinstance(value, dict):
+        walk.seen.add(id(value))
         for key, item in value.items():
-            yield from _walk_value(item, _join(name, str(key)), "dict", aliases, seen, depth + 1)
+            yield from _walk_value(item, _join(name, str(key)), "dict", walk, depth + 1)
+    elif isinstance(value, (list, tuple, set, frozenset)):
+        walk.seen.add(id(value))
+        kind = "list" if isinstance(value, list) else "tuple" if isinstance(value, tuple) else "set"
+        for index, item in enumerate(value):
+            yield from _walk_value(item, _join(name, str(index)), kind, walk, depth + 1)
 
 
-def _registered(module: nn.Module) -> dict[int, str]:
-    """id -> dotted name of every registered parameter and buffer (for spotting aliases)."""
-    names = {}
-    for name, tensor in [*module.named_parameters(), *module.named_buffers()]:
-        names.setdefault(id(tensor), name)
-    return names
+def _walk_loose(obj: object, prefix: str, walk: _Walk, depth: int) -> Iterator[Placement]:
+    """Tensors passed to :func:`where` directly: modules are roots, tensors are loose."""
+    if isinstance(obj, nn.Module):
+        walk.register(obj, prefix)
+        yield from _walk_module(obj, prefix, True, "", walk)
+    elif isinstance(obj, torch.Tensor):
+        yield _placement(prefix or "tensor", LOOSE, obj, None)
+    elif isinstance(obj, (dict, list, tuple)) and depth < _MAX_DEPTH and id(obj) not in walk.seen:
+        walk.seen.add(id(obj))
+        items = obj.items() if isinstance(obj, dict) else enumerate(obj)
+        for key, value in items:
+            yield from _walk_loose(value, _join(prefix, str(key)), walk, depth + 1)
 
 
 def where(obj: nn.Module | torch.Tensor | dict | list | tuple) -> PlacementTable:
@@ -172,32 +233,32 @@ def where(obj: nn.Module | torch.Tensor | dict | list | tuple) -> PlacementTable
 
     ``obj`` is a module, a tensor, or a dict/list/tuple of them. For a module the
     table lists its parameters, buffers (persistent or not), plain tensor
-    attributes, tensors in list/dict attributes and the tensors of modules kept in
-    a plain list or dict, each with whether ``Module.to`` moves it. Names are
-    dotted paths (``heads.0.weight``). A tensor in a container that is the same
-    object as a registered one (``nn.LSTM._flat_weights``) is marked as such.
+    attributes, tensors in list/tuple/set/dict attributes and the tensors of
+    modules kept only in such a container, each with whether ``Module.to`` moves
+    it. Rows come per module: parameters, buffers, submodules, then what ``.to``
+    does not see (PyTorch keeps these in separate dicts, so the order they were
+    set in ``__init__`` is not recoverable). Names are dotted paths (``heads.0.weight``).
+
+    Same objects: a module that is registered and also kept in a plain list is
+    listed once, under its registered name. A tensor in a container that is a
+    registered *parameter* (``nn.LSTM._flat_weights``) is marked as such and
+    moved: on a GPU ``Module.to`` swaps a parameter's data in place (on ``meta``
+    it replaces the parameter, so there the list keeps the old one). A tensor in a
+    container that is a registered *buffer* is left behind: ``Module.to`` always
+    replaces buffer objects. A buffer shared by two modules becomes two tensors
+    after ``.to``; the table does not flag that. ``weight`` under weight_norm,
+    spectral_norm or pruning is rebuilt before each forward (kind
+    :data:`RECOMPUTED`). Tensors inside other objects (dataclasses, custom
+    classes) are not looked into. Containers are walked once, so cycles are safe.
     The table prints as text and shows as an HTML table in a notebook; it is a
     list of :class:`Placement`. Introduced in 03_module_to.
     """
-    if isinstance(obj, nn.Module):
-        return PlacementTable(_walk_module(obj, "", True, "", _registered(obj), set()))
-    if isinstance(obj, torch.Tensor):
-        return PlacementTable([_placement("tensor", LOOSE, obj, None)])
-    if isinstance(obj, (dict, list, tuple)):
-        items = obj.items() if isinstance(obj, dict) else enumerate(obj)
-        table = PlacementTable()
-        for key, value in items:
-            if isinstance(value, nn.Module):
-                table += _walk_module(value, str(key), True, "", _registered(value), set())
-            elif isinstance(value, torch.Tensor):
-                table.append(_placement(str(key), LOOSE, value, None))
-            elif isinstance(value, (dict, list, tuple)):
-                table += [replace(p, name=f"{key}.{p.name}") for p in where(value)]
-        return table
-    raise TypeError(
-        f"where() looks inside a module, a tensor, or a dict/list of them; got "
-        f"{type(obj).__name__}. Pass the model itself (not its output or a function)."
-    )
+    if not isinstance(obj, (nn.Module, torch.Tensor, dict, list, tuple)):
+        raise TypeError(
+            f"where() looks inside a module, a tensor, or a dict/list of them; got "
+            f"{type(obj).__name__}. Pass the model itself (not its output or a function)."
+        )
+    return PlacementTable(_walk_loose(obj, "", _Walk(), 0))
 
 
 # ----------------------------------------------------------------------------- audit
@@ -206,25 +267,32 @@ def where(obj: nn.Module | torch.Tensor | dict | list | tuple) -> PlacementTable
 def _fix(placement: Placement) -> str:
     """How to make Module.to move this tensor."""
     leaf = placement.name.rsplit(".", 1)[-1]
+    if placement.alias_of:
+        return (f"do not keep a second reference to a buffer; read self.{placement.alias_of} "
+                f"(or a property that returns it) when you need it")
     if placement.kind == TENSOR_ATTRIBUTE:
         return (f"register it in __init__: self.register_buffer({leaf!r}, tensor) "
                 f"(persistent=False keeps it out of state_dict), or make it an nn.Parameter")
-    if placement.kind == IN_LIST:
+    if placement.kind in (IN_LIST, IN_TUPLE, IN_SET):
         return ("keep trainable tensors in nn.ParameterList; otherwise register each one "
                 "with register_buffer, or create it in forward with device=x.device")
     if placement.kind == IN_DICT:
         return ("keep trainable tensors in nn.ParameterDict; otherwise register each one "
                 "with register_buffer, or create it in forward with device=x.device")
-    if "plain list" in placement.kind:
-        return "hold the modules in nn.ModuleList instead of a Python list"
-    return "hold the modules in nn.ModuleDict instead of a Python dict"
+    if "plain dict" in placement.kind:
+        return "hold the modules in nn.ModuleDict instead of a Python dict"
+    how = placement.kind.rsplit(" ", 1)[-1]  # list, tuple or set
+    return f"hold the modules in nn.ModuleList instead of a Python {how}"
 
 
 def _why(placement: Placement) -> str:
+    if placement.alias_of:
+        return (f"it is the same object as the buffer {placement.alias_of}, but Module.to "
+                f"replaces buffer objects with moved copies, so this reference keeps the old one")
     if placement.kind == TENSOR_ATTRIBUTE:
         return "a plain tensor attribute is not registered, so Module.to does not see it"
-    if placement.kind in (IN_LIST, IN_DICT):
-        return "Module.to does not look inside Python lists or dicts"
+    if placement.kind in (IN_LIST, IN_TUPLE, IN_SET, IN_DICT):
+        return "Module.to does not look inside Python lists, tuples, sets or dicts"
     return ("the module holding it sits in a plain Python container, so it is not a "
             "submodule: not in parameters(), not in state_dict, not moved")
 
@@ -280,6 +348,8 @@ def _target_device(device: str | torch.device) -> torch.device:
         if target.type != "mps" and backend is not None and backend.is_available():
             current = backend.current_device()
         target = torch.device(target.type, current)  # where a bare 'cuda' really lands
+    if target.type == "cpu":
+        target = torch.device("cpu")  # CPU tensors report 'cpu', never 'cpu:0'
     return target
 
 
@@ -295,9 +365,13 @@ def audit(module: nn.Module, device: str | torch.device) -> Findings:
     this machine lacks: the audit only reads ``.device``, never copies or allocates,
     so ``audit(model, 'cuda')`` on a laptop finds what a GPU machine would trip on.
     A bare ``'cuda'`` means the current CUDA device (``cuda:0`` when none is
-    visible), which is where ``.to('cuda')`` puts tensors. Tensors in containers
-    that are the same objects as registered ones (``nn.LSTM._flat_weights``) are
-    not findings. Introduced in 03_module_to; used throughout 04_cross_device_errors.
+    visible), which is where ``.to('cuda')`` puts tensors; ``'cpu:0'`` means the CPU.
+    Tensors in containers that are the same objects as registered parameters
+    (``nn.LSTM._flat_weights``) are not findings; the same objects as registered
+    buffers are (``.to`` replaces buffers). A ``weight`` rebuilt by weight_norm,
+    spectral_norm or pruning before each forward is not a finding. See
+    :func:`where` for what is looked into. Introduced in 03_module_to; used throughout
+    04_cross_device_errors.
     """
     if not isinstance(module, nn.Module):
         hint = " To check a tensor, compare tensor.device." if isinstance(
@@ -310,8 +384,10 @@ def audit(module: nn.Module, device: str | torch.device) -> Findings:
     findings = Findings()
     findings.target = target
     for placement in where(module):
-        if placement.device == target or placement.alias_of:
+        if placement.device == target or placement.kind == RECOMPUTED:
             continue
+        if placement.alias_of and placement.moved_by_to:
+            continue  # a parameter alias: its registered name gets the finding
         if placement.moved_by_to:
             findings.append(Finding(
                 placement.name, placement.kind, placement.device, target, True,
@@ -328,28 +404,71 @@ def audit(module: nn.Module, device: str | torch.device) -> Findings:
 # ---------------------------------------------------------------------------- figure
 
 
+_FIGURE_COLOURS = {**_DEVICE_COLOURS, "meta": "#fff2cc"}  # meta: pale yellow, not grey-blue
+_LEFT_BEHIND_RED = "#c00000"
+_NOT_YET_ORANGE = "#b45f06"
+_COLLAPSE_OVER = 4  # a clean subtree with more tensors than this is drawn as one row
+
+
+def _clean(placement: Placement, target: torch.device | None) -> bool:
+    """Nothing to mark: moved by .to (or rebuilt each call) and, if given, on ``target``."""
+    return placement.moved_by_to is not False and (target is None or placement.device == target)
+
+
+_Row = tuple[int, str, Placement | None, torch.device | None]
+
+
+def _figure_rows(table: PlacementTable, target: torch.device | None) -> list[_Row]:
+    """(depth, label, tensor, None) rows and (depth, label, None, None) module rows.
+
+    A clean subtree becomes one (depth, summary, None, its device) row.
+    """
+    under: dict[str, list[Placement]] = {}
+    for placement in table:
+        parts = placement.name.split(".")
+        for depth in range(1, len(parts)):
+            under.setdefault(".".join(parts[:depth]), []).append(placement)
+    collapsed = {
+        owner for owner, tensors in under.items()
+        if len(tensors) > _COLLAPSE_OVER and len({p.device for p in tensors}) == 1
+        and all(_clean(p, target) for p in tensors)}
+    rows: list[_Row] = []
+    drawn: set[str] = set()
+    for placement in table:
+        parts = placement.name.split(".")
+        for depth in range(1, len(parts)):
+            owner = ".".join(parts[:depth])
+            if owner in drawn:
+                if owner in collapsed:
+                    break
+                continue
+            drawn.add(owner)
+            if owner in collapsed:
+                tensors = under[owner]
+                rows.append((depth - 1, f"{parts[depth - 1]}/  ({len(tensors)} tensors, all on "
+                             f"{tensors[0].device})", None, tensors[0].device))
+                break
+            rows.append((depth - 1, f"{parts[depth - 1]}/", None, None))
+        else:
+            rows.append((len(parts) - 1, parts[-1], placement, None))
+    return rows
+
+
 def placement_figure(module: nn.Module, device: str | torch.device | None = None,
                      title: str | None = None, max_rows: int = 40) -> Figure:
     """Draw ``module``'s tree with each tensor as a box coloured by its device.
 
-    Tensors that ``Module.to`` leaves behind are marked with a red edge and
-    "left behind by .to"; with ``device`` given, tensors not on it are marked
-    "not on <device>". Long models are cut at ``max_rows`` rows (the figure says
-    how many were left out). Returns the matplotlib Figure. Introduced in 03_module_to.
+    Tensors that ``Module.to`` leaves behind get a red edge and red "left behind by
+    .to"; with ``device`` given, registered tensors not on it yet are marked in
+    orange "not on <device> yet". A subtree with more than four tensors and nothing
+    to mark is drawn as one row ("encoder/  (12 tensors, all on meta)"), so
+    stragglers stay visible in big models. Rows past ``max_rows`` are cut (the figure
+    says how many). Returns the matplotlib Figure. Introduced in 03_module_to.
     """
     if not isinstance(module, nn.Module):
         raise TypeError(f"placement_figure() needs an nn.Module, got {type(module).__name__}.")
     target = _target_device(device) if device is not None else None
-    rows: list[tuple[int, str, Placement | None]] = []  # depth, label, tensor or None
-    drawn: set[str] = set()
-    for placement in where(module):
-        parts = placement.name.split(".")
-        for depth in range(1, len(parts)):
-            owner = ".".join(parts[:depth])
-            if owner not in drawn:
-                drawn.add(owner)
-                rows.append((depth - 1, parts[depth - 1], None))
-        rows.append((len(parts) - 1, parts[-1], placement))
+    rows = _figure_rows(where(module), target)
     hidden = max(0, len(rows) - max_rows)
     rows = rows[:max_rows]
     height = len(rows) + 1 + (1 if hidden else 0)
@@ -360,33 +479,46 @@ def placement_figure(module: nn.Module, device: str | torch.device | None = None
     axes.set_title(title or f"Where the tensors of {type(module).__name__} live")
     axes.text(0.1, len(rows), type(module).__name__, fontsize=10, weight="bold",
               family="monospace", va="center")
-    for index, (depth, label, placement) in enumerate(rows):
+    marked = set()
+    for index, (depth, label, placement, summary_device) in enumerate(rows):
         y = len(rows) - 1 - index
         x = 0.4 + 0.45 * depth
-        if placement is None:
-            axes.text(x, y, f"{label}/", fontsize=9, family="monospace", va="center",
-                      color="#444444")
+        if summary_device is not None:  # a collapsed clean subtree
+            axes.text(x, y, label, fontsize=9, family="monospace", va="center", bbox={
+                "boxstyle": "round,pad=0.25", "edgecolor": "#777777", "linewidth": 0.8,
+                "facecolor": _FIGURE_COLOURS.get(summary_device.type, _META_COLOUR)})
             continue
-        colour = _DEVICE_COLOURS.get(placement.device.type, _META_COLOUR)
+        if placement is None:
+            axes.text(x, y, label, fontsize=9, family="monospace", va="center", color="#444444")
+            continue
+        colour = _FIGURE_COLOURS.get(placement.device.type, _META_COLOUR)
         left_behind = placement.moved_by_to is False
-        off_target = target is not None and placement.device != target
+        not_yet = not left_behind and not _clean(placement, target)
         axes.text(x, y, f"{label}  [{placement.device}]", fontsize=9, family="monospace",
                   va="center", bbox={"boxstyle": "round,pad=0.25", "facecolor": colour,
-                                     "edgecolor": "#c00000" if left_behind else "#777777",
+                                     "edgecolor": _LEFT_BEHIND_RED if left_behind else "#777777",
                                      "linewidth": 2 if left_behind else 0.8})
-        marks = [m for m, on in (("left behind by .to", left_behind),
-                                 (f"not on {target}", off_target)) if on]
-        note = placement.kind + (f"  ✗ {', '.join(marks)}" if marks else "")
-        axes.text(4.6, y, note, fontsize=8, va="center",
-                  color="#c00000" if marks else "#555555")
+        note, colour = placement.kind, "#555555"
+        if left_behind:
+            note, colour = f"{note}  ✗ left behind by .to", _LEFT_BEHIND_RED
+            marked.add("left")
+        elif not_yet:
+            note, colour = f"{note}  ✗ not on {target} yet", _NOT_YET_ORANGE
+            marked.add("not yet")
+        axes.text(4.6, y, note, fontsize=8, va="center", color=colour)
     if hidden:
         axes.text(0.4, -1, f"... {hidden} more rows not drawn", fontsize=9, style="italic")
-    devices = sorted({p.device.type for _, _, p in rows if p is not None})
-    handles = [Patch(facecolor=_DEVICE_COLOURS.get(d, _META_COLOUR), edgecolor="#777777",
+    devices = sorted({p.device.type for _, _, p, _ in rows if p is not None}
+                     | {d.type for _, _, _, d in rows if d is not None})
+    handles = [Patch(facecolor=_FIGURE_COLOURS.get(d, _META_COLOUR), edgecolor="#777777",
                      label=d) for d in devices]
-    handles.append(Patch(facecolor="white", edgecolor="#c00000", linewidth=2,
-                         label="left behind by .to"))
+    if "left" in marked:
+        handles.append(Patch(facecolor="white", edgecolor=_LEFT_BEHIND_RED, linewidth=2,
+                             label="left behind by .to"))
+    if "not yet" in marked:
+        handles.append(Patch(facecolor="white", edgecolor=_NOT_YET_ORANGE,
+                             label=f"not on {target} yet"))
     axes.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8,
-                title="device", title_fontsize=8)
+                title="device / mark", title_fontsize=8)
     figure.tight_layout()
     return figure
