@@ -203,9 +203,9 @@ def test_scenario_with_an_unknown_map_location_form_lists_the_forms():
     [
         ("clean model", []),
         ("plain tensor attribute", ["scale"]),
-        ("list of layers", ["layers[0].weight", "layers[0].bias",
-                            "layers[1].weight", "layers[1].bias"]),
-        ("dict of tensors", ["stats['mean']", "stats['std']"]),
+        ("list of layers", ["layers.0.weight", "layers.0.bias",
+                            "layers.1.weight", "layers.1.bias"]),
+        ("dict of tensors", ["stats.mean", "stats.std"]),
         ("tensor created in forward", []),
     ],
 )
@@ -249,4 +249,4 @@ def test_text_forms_of_explorer_and_viewer_print_real_results(monkeypatch, capsy
     utils.view_placement()
     printed = capsys.readouterr().out
     assert 'torch.load("checkpoint.pt")' in printed
-    assert "plain tensor attribute" in printed and "stats['mean']" in printed
+    assert "plain tensor attribute" in printed and "stats.mean" in printed

@@ -35,6 +35,7 @@ import torch
 from torch import nn
 
 from utils.devices import available_devices, second_device
+from utils.placement import where
 
 #: Environment variable that forces the display mode: ``text`` or ``widgets``.
 WIDGETS_ENV_VAR = "LESSONS_WIDGETS"
@@ -382,9 +383,7 @@ def scenario_explorer():
 
 # ---------------------------------------------------------------------------------------
 # The placement viewer (notebooks 03-04)
-# TODO(integrator): after merging utils.placement, build the rows from
-# utils.placement.where(model) (a PlacementTable) and the verdict from
-# utils.placement.audit(model, target) (Findings), and delete placement_rows and _strays.
+# The rows come from utils.placement.where(model), the same table notebooks 03-04 print.
 # ---------------------------------------------------------------------------------------
 
 
@@ -439,37 +438,13 @@ VARIANTS: dict[str, tuple[type[nn.Module], str]] = {
 }
 
 
-def _strays(value: Any, name: str) -> Iterator[tuple[str, str, torch.Tensor]]:
-    """Tensors reachable from an attribute value that Module.to does not see."""
-    if isinstance(value, torch.Tensor):
-        yield name, "plain attribute", value
-    elif isinstance(value, nn.Module):
-        for key, tensor in list(value.named_parameters()) + list(value.named_buffers()):
-            yield f"{name}.{key}", "in an unregistered module", tensor
-    elif isinstance(value, (list, tuple)):
-        for index, item in enumerate(value):
-            yield from _strays(item, f"{name}[{index}]")
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            yield from _strays(item, f"{name}[{key!r}]")
-
-
 def placement_rows(model: nn.Module) -> list[tuple[str, str, str]]:
     """Return ``(name, kind, device)`` for every tensor a module holds.
 
-    ``kind`` is ``parameter`` or ``buffer`` for what Module.to moves, and
-    ``plain attribute`` / ``in an unregistered module`` for tensors found in plain
-    attributes, lists and dicts, which it leaves behind. For 03_module_to.
+    Built on :func:`utils.placement.where`: ``kind`` is ``parameter``, ``buffer``,
+    ``plain tensor attribute`` and so on, as that table names it. For 03_module_to.
     """
-    rows = [(name, "parameter", str(p.device)) for name, p in model.named_parameters()]
-    rows += [(name, "buffer", str(b.device)) for name, b in model.named_buffers()]
-    for prefix, module in model.named_modules():
-        for attribute, value in vars(module).items():
-            if attribute.startswith("_"):
-                continue
-            name = f"{prefix}.{attribute}" if prefix else attribute
-            rows += [(n, kind, str(t.device)) for n, kind, t in _strays(value, name)]
-    return rows
+    return [(row.name, row.kind, str(row.device)) for row in where(model)]
 
 
 def _forward_check(model: nn.Module, target: torch.device) -> str:
