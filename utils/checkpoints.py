@@ -445,7 +445,7 @@ def cleaned_error(error: BaseException) -> str:
     notebook prints instead. Introduced in 05_save_load_scenarios.
     """
     text = _ANSI.sub("", str(error)).strip()
-    return f"{type(error).__name__}: {text.splitlines()[0] if text else ''}"
+    return f"{type(error).__name__}: {text.splitlines()[0].strip() if text else ''}"
 
 
 __all__ = [
