@@ -8,7 +8,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_ruff_finds_no_problems_in_code_or_notebooks():
-    folders = ["utils", "tools", "tests", "notebooks", "labs"]
+    folders = [f for f in ("utils", "tools", "tests", "notebooks", "labs") if (ROOT / f).is_dir()]
     result = subprocess.run(
         [sys.executable, "-m", "ruff", "check", "--no-cache", *folders],
         cwd=ROOT, capture_output=True, text=True,
