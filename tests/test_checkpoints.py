@@ -273,3 +273,13 @@ def test_strip_wrapper_prefixes_undoes_ddp_and_compile(prefix):
 def test_strip_wrapper_prefixes_leaves_mixed_keys_alone():
     state = {"module.w": 1, "b": 2}
     assert dict(utils.strip_wrapper_prefixes(state)) == state
+
+
+def test_torch_compile_prefixes_keys_with_orig_mod_and_module_compile_does_not():
+    """What notebook 06 states without calling torch.compile (its set-up takes seconds)."""
+    model = nn.Linear(2, 2)
+    assert list(torch.compile(model).state_dict()) == ["_orig_mod.weight", "_orig_mod.bias"]
+    model.compile()  # in place: no wrapper, no prefix
+    assert list(model.state_dict()) == ["weight", "bias"]
+    assert list(utils.strip_wrapper_prefixes(torch.compile(model).state_dict())) == [
+        "weight", "bias"]
