@@ -275,6 +275,7 @@ def test_strip_wrapper_prefixes_leaves_mixed_keys_alone():
     assert dict(utils.strip_wrapper_prefixes(state)) == state
 
 
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # torch.jit, imported by compile
 def test_torch_compile_prefixes_keys_with_orig_mod_and_module_compile_does_not():
     """What notebook 06 states without calling torch.compile (its set-up takes seconds)."""
     model = nn.Linear(2, 2)
