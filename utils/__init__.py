@@ -3,6 +3,19 @@
 Each function's docstring names the notebook that introduces it.
 """
 
+from utils.checkpoints import (
+    CheckpointError,
+    CheckpointInfo,
+    TensorEntry,
+    UnsafeCheckpointError,
+    add_prefix,
+    cleaned_error,
+    inspect_checkpoint,
+    save_as_if_on,
+    save_atomic,
+    strip_prefix,
+    strip_wrapper_prefixes,
+)
 from utils.devices import (
     DEVICE_ENV_VAR,
     DeviceNotAvailableError,
@@ -25,23 +38,34 @@ from utils.widgets import (
 )
 
 __all__ = [
+    "CheckpointError",
+    "CheckpointInfo",
     "DEVICE_ENV_VAR",
     "DeviceNotAvailableError",
     "Finding",
     "Placement",
+    "TensorEntry",
+    "UnsafeCheckpointError",
     "WIDGETS_ENV_VAR",
+    "add_prefix",
     "aten_ops",
     "audit",
     "available_devices",
+    "cleaned_error",
     "describe_device",
     "environment_report",
     "explore_save_load",
+    "inspect_checkpoint",
     "is_accelerator",
     "parse_device",
     "pick_device",
     "placement_figure",
     "quiz",
+    "save_as_if_on",
+    "save_atomic",
     "second_device",
+    "strip_prefix",
+    "strip_wrapper_prefixes",
     "view_placement",
     "where",
     "widget_mode",

@@ -75,3 +75,39 @@ def names_and_tensors(named: dict[str, torch.Tensor], title: str) -> Figure:
     axes.text(6.9, height - 0.35, "tensor objects", ha="center", fontsize=9, color="#555555")
     figure.tight_layout()
     return figure
+
+
+_OUTCOME_COLOURS = {"ok": "#d9ead3", "error": "#f4cccc", "not run": "#eeeeee"}
+
+
+def scenario_matrix(
+    outcomes: dict[tuple[str, str], str], rows: list[str], columns: list[str], title: str
+) -> Figure:
+    """Draw a saved-on x loaded-on grid; each cell shows what happened when it was run.
+
+    ``outcomes[(row, column)]`` is the text for a cell: text starting with ``loads``
+    is green (it worked), ``RuntimeError...`` red, anything else grey (not run on this
+    machine). Returns the matplotlib Figure. Introduced in 05_save_load_scenarios.
+    """
+    figure, axes = plt.subplots(figsize=(2.3 * len(columns) + 1.6, 1.1 * len(rows) + 1.4))
+    axes.set_xlim(0, len(columns))
+    axes.set_ylim(len(rows), 0)
+    for i, row in enumerate(rows):
+        for j, column in enumerate(columns):
+            text = outcomes.get((row, column), "not run")
+            kind = ("ok" if text.startswith("loads") else
+                    "error" if text.startswith("RuntimeError") else "not run")
+            axes.add_patch(plt.Rectangle((j, i), 1, 1, facecolor=_OUTCOME_COLOURS[kind],
+                                         edgecolor="white", linewidth=3))
+            axes.text(j + 0.5, i + 0.5, text, ha="center", va="center", fontsize=9)
+    axes.set_xticks([j + 0.5 for j in range(len(columns))], columns, fontsize=9)
+    axes.set_yticks([i + 0.5 for i in range(len(rows))], rows, fontsize=9)
+    axes.xaxis.tick_top()
+    axes.set_xlabel("loaded on")
+    axes.set_ylabel("saved on")
+    axes.set_title(title, pad=12)
+    axes.tick_params(length=0)
+    for spine in axes.spines.values():
+        spine.set_visible(False)
+    figure.tight_layout()
+    return figure

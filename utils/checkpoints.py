@@ -1,0 +1,463 @@
+"""Checkpoints: look inside one safely, fake where it was saved, save atomically, fix prefixes.
+
+Introduced in notebook 05_save_load_scenarios (inspect_checkpoint, save_as_if_on) and
+06_training_checkpoints (save_atomic, strip_prefix, strip_wrapper_prefixes, add_prefix).
+
+Everything here is built on what PyTorch already offers: ``torch.load`` with
+``weights_only=True`` (its safe unpickler), ``mmap=True`` and a ``map_location``
+callable; ``torch.serialization.register_package`` (the hook for location tags);
+``torch.nn.modules.utils.consume_prefix_in_state_dict_if_present``. Nothing here ever
+unpickles with ``weights_only=False``: a checkpoint that needs code to load is refused.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import html
+import os
+import pickle
+import re
+import tempfile
+import zipfile
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.nn.modules.utils import consume_prefix_in_state_dict_if_present
+
+#: How every legacy (pre-1.6, ``_use_new_zipfile_serialization=False``) checkpoint starts:
+#: pickle protocol 2, then the long integer 0x1950a86a20f9469cfc6c (torch's magic number).
+LEGACY_MAGIC = b"\x80\x02\x8a\x0a" + (0x1950A86A20F9469CFC6C).to_bytes(10, "little")
+ZIP_MAGIC = b"PK\x03\x04"
+
+#: Wrapper prefixes: DataParallel / DistributedDataParallel, then torch.compile.
+WRAPPER_PREFIXES = ("module.", "_orig_mod.")
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+class CheckpointError(ValueError):
+    """A file that is not a readable torch.save checkpoint (empty, truncated, not one)."""
+
+
+class UnsafeCheckpointError(CheckpointError):
+    """A checkpoint whose pickle asks for code that ``weights_only=True`` refuses to run."""
+
+
+@dataclass(frozen=True)
+class TensorEntry:
+    """One tensor in a checkpoint: where it sits in the saved object, and what it is."""
+
+    key: str
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+    location: str
+    nbytes: int
+
+
+@dataclass
+class CheckpointInfo:
+    """What :func:`inspect_checkpoint` found. Renders as a table in a notebook."""
+
+    name: str
+    format: str  # "zip" (torch.save since 1.6) or "legacy"
+    file_bytes: int
+    entries: list[TensorEntry] = field(default_factory=list)
+
+    @property
+    def locations(self) -> set[str]:
+        """The saved location tags, e.g. ``{'cpu'}`` or ``{'cuda:0'}``."""
+        return {entry.location for entry in self.entries}
+
+    @property
+    def tensor_bytes(self) -> int:
+        """Bytes of tensor data the entries describe (views count their own elements)."""
+        return sum(entry.nbytes for entry in self.entries)
+
+    def summary(self) -> str:
+        """One line: name, format, size, tensor count and location tags."""
+        tags = ", ".join(sorted(self.locations)) or "none"
+        return (
+            f"{self.name}: {self.format} format, {_size(self.file_bytes)}, "
+            f"{len(self.entries)} tensor(s), saved location tag(s): {tags}"
+        )
+
+    def rows(self, limit: int = 40) -> list[tuple[str, str, str, str]]:
+        """(key, shape, dtype, location) as strings, at most ``limit`` of them."""
+        return [
+            (e.key, str(tuple(e.shape)), str(e.dtype).removeprefix("torch."), e.location)
+            for e in self.entries[:limit]
+        ]
+
+    def __str__(self) -> str:
+        header = ("key", "shape", "dtype", "saved on")
+        rows = [header, *self.rows()]
+        widths = [max(len(row[i]) for row in rows) for i in range(4)]
+        lines = [self.summary()]
+        lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+                  for row in rows]
+        if len(self.entries) > len(rows) - 1:
+            lines.append(f"... and {len(self.entries) - len(rows) + 1} more")
+        return "\n".join(lines)
+
+    __repr__ = __str__
+
+    def _repr_html_(self) -> str:
+        cells = "".join(
+            "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>"
+            for row in self.rows()
+        )
+        more = len(self.entries) - len(self.rows())
+        tail = f"<p>... and {more} more</p>" if more > 0 else ""
+        return (
+            f"<p><b>{html.escape(self.summary())}</b></p><table>"
+            "<tr><th>key</th><th>shape</th><th>dtype</th><th>saved on</th></tr>"
+            f"{cells}</table>{tail}"
+        )
+
+
+def _size(nbytes: int) -> str:
+    for unit in ("bytes", "KiB", "MiB", "GiB"):
+        if nbytes < 1024 or unit == "GiB":
+            return f"{nbytes} {unit}" if unit == "bytes" else f"{nbytes:.1f} {unit}"
+        nbytes /= 1024
+    raise AssertionError("unreachable")
+
+
+def _first(message: str) -> str:
+    """The first sentence of a (long) PyTorch message."""
+    line = message.strip().splitlines()[0] if message.strip() else "no message"
+    return line.split(". ")[0].rstrip(".") + "."
+
+
+def _checkpoints_in(folder: Path) -> str:
+    found = sorted(p.name for p in folder.iterdir()
+                   if p.suffix in (".pt", ".pth", ".ckpt", ".bin", ".tar"))
+    return ", ".join(found[:10]) if found else "none"
+
+
+def _sniff(path: Path) -> str:
+    """Return 'zip' or 'legacy', or raise a helpful error for anything else."""
+    name = str(path)
+    if not path.exists():
+        folder = path.parent if str(path.parent) else Path(".")
+        where = (f" Checkpoint files in {str(folder)!r}: {_checkpoints_in(folder)}."
+                 if folder.is_dir() else f" The folder {str(folder)!r} does not exist either.")
+        raise FileNotFoundError(f"No checkpoint at {name!r}: the file does not exist.{where}")
+    if path.is_dir():
+        raise IsADirectoryError(
+            f"{name!r} is a folder, not a checkpoint file. Pass one file inside it; "
+            f"checkpoint files there: {_checkpoints_in(path)}."
+        )
+    size = path.stat().st_size
+    if size == 0:
+        raise CheckpointError(
+            f"{name!r} is empty (0 bytes): the save that wrote it failed or was interrupted. "
+            "Save it again (utils.save_atomic never leaves an empty or partial file)."
+        )
+    with open(path, "rb") as handle:
+        head = handle.read(64)
+    if head.startswith(ZIP_MAGIC):
+        return "zip"
+    if head.startswith(LEGACY_MAGIC):
+        return "legacy"
+    if len(head) >= 9 and int.from_bytes(head[:8], "little") < size and head[8:9] == b"{":
+        found = "a safetensors file: load it with safetensors.torch.load_file"
+    elif head[:1] == b"\x80":
+        found = ("a plain pickle, not a torch.save checkpoint. Unpickling it can run any code: "
+                 "open it only if you trust where it came from")
+    else:
+        try:
+            text = head.decode("utf-8")
+        except UnicodeDecodeError:
+            found = f"an unknown binary file starting with {head[:8]!r}"
+        else:
+            found = f"a text file starting with {text.splitlines()[0][:40]!r}"
+    raise CheckpointError(
+        f"{name!r} is not a PyTorch checkpoint: it is {found}. "
+        "A torch.save file is a zip archive (or, before PyTorch 1.6, starts with "
+        "torch's magic number)."
+    )
+
+
+def _zip_problem(path: Path) -> str | None:
+    """Why a zip file cannot be a torch.save checkpoint, or None when it looks like one."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            names = archive.namelist()
+    except (zipfile.BadZipFile, OSError):
+        return ("its zip directory is missing or damaged, so the file is truncated or corrupted "
+                "(an interrupted save or download). Save or download it again")
+    if not any(n.endswith("/data.pkl") for n in names):
+        shown = ", ".join(names[:5]) or "nothing"
+        return (f"it is a zip archive without data.pkl (it holds: {shown}), so it was not "
+                "written by torch.save")
+    return None
+
+
+def _unsafe_globals(path: Path, fmt: str, message: str) -> list[str]:
+    if fmt == "zip":
+        try:
+            return sorted(torch.serialization.get_unsafe_globals_in_checkpoint(path))
+        except Exception:  # noqa: BLE001 - fall back to the names in PyTorch's message
+            pass
+    return sorted(set(re.findall(r"GLOBAL ([\w.]+)", message)))
+
+
+def _walk(obj: Any, key: str, seen: set[int], found: list[tuple[str, torch.Tensor]]) -> None:
+    if isinstance(obj, torch.Tensor):
+        found.append((key, obj))
+        return
+    if id(obj) in seen:
+        return
+    if isinstance(obj, Mapping):
+        seen.add(id(obj))
+        for name, value in obj.items():
+            _walk(value, f"{key}/{name}" if key else str(name), seen, found)
+    elif isinstance(obj, (list, tuple, set, frozenset)):
+        seen.add(id(obj))
+        for index, value in enumerate(obj):
+            _walk(value, f"{key}/{index}" if key else str(index), seen, found)
+
+
+def inspect_checkpoint(path: str | os.PathLike) -> CheckpointInfo:
+    """Return what the checkpoint at ``path`` holds, without loading its data.
+
+    For each tensor: its key path (``model/fc.weight``, levels joined by ``/``), shape,
+    dtype and the location tag it was saved with (``cpu``, ``cuda:0``, ``mps``...).
+    ``.locations`` is the set of tags, ``.entries`` the rows; the result renders as a
+    table in a notebook.
+
+    It is ``torch.load`` with ``weights_only=True`` (PyTorch's safe unpickler: no
+    pickled code ever runs), ``mmap=True`` (zip files: tensor bytes are mapped, never
+    read, so the cost does not grow with the data) and a ``map_location`` callable that
+    notes each storage's tag and hands the storage back unchanged (so a ``cuda:0`` file
+    inspects fine on a CPU-only machine). Legacy-format files cannot be mapped: their
+    bytes are read. Raises FileNotFoundError / IsADirectoryError, CheckpointError (empty,
+    truncated, not a checkpoint) and UnsafeCheckpointError (the pickle needs code to
+    load), each saying what was found. Introduced in 05_save_load_scenarios.
+    """
+    path = Path(path)
+    fmt = _sniff(path)
+    name = path.name
+    tags: dict[int, str] = {}
+
+    def record(storage: torch.UntypedStorage, location: str) -> torch.UntypedStorage:
+        tags[storage._cdata] = location
+        return storage
+
+    try:
+        loaded = torch.load(path, map_location=record, weights_only=True, mmap=fmt == "zip")
+    except pickle.UnpicklingError as error:
+        message = _ANSI.sub("", str(error))
+        found = _unsafe_globals(path, fmt, message)
+        if not found and "blocked" not in message:
+            raise CheckpointError(
+                f"{name!r} could not be unpickled: the file is damaged or truncated, or uses "
+                f"pickle operations the safe loader refuses. (PyTorch said: {_first(message)})"
+            ) from None
+        found = found or ["a blocked module"]
+        raise UnsafeCheckpointError(
+            f"{name!r} was refused: its pickle asks for {', '.join(found)}, which "
+            "weights_only=True will not run. Nothing in it was executed. If you made this "
+            "file yourself, save a state_dict instead; if you trust the objects, allowlist "
+            "them with torch.serialization.safe_globals([...]). weights_only=False runs "
+            "any code in the file: only for files you trust."
+        ) from None
+    except RuntimeError as error:
+        if "TorchScript" in str(error):
+            raise CheckpointError(
+                f"{name!r} is a TorchScript archive (torch.jit.save), not a torch.save "
+                "checkpoint. torch.jit.load reads it, and runs its code."
+            ) from None
+        problem = _zip_problem(path) if fmt == "zip" else None
+        said = "" if problem else f" (PyTorch said: {_first(str(error))})"
+        raise CheckpointError(
+            f"{name!r} cannot be read: {problem or 'it is damaged or truncated'}.{said}"
+        ) from None
+    except (EOFError, KeyError, ValueError, IndexError, TypeError, OSError) as error:
+        raise CheckpointError(
+            f"{name!r} cannot be read: it is damaged or truncated ({fmt} format; "
+            f"{type(error).__name__}: {error}). Save or download it again."
+        ) from None
+
+    found: list[tuple[str, torch.Tensor]] = []
+    _walk(loaded, "", set(), found)
+    entries = [
+        TensorEntry(
+            key=key or "(the saved object)",
+            shape=tuple(tensor.shape),
+            dtype=tensor.dtype,
+            location=tags.get(tensor.untyped_storage()._cdata, "unknown"),
+            nbytes=tensor.numel() * tensor.element_size(),
+        )
+        for key, tensor in found
+    ]
+    return CheckpointInfo(name=name, format=fmt, file_bytes=path.stat().st_size,
+                          entries=entries)
+
+
+# --- writing a checkpoint "as if saved on" another device -------------------------------
+
+_PRETEND_LOCATION: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "pretend_location", default=None
+)
+_TAGGER_REGISTERED = False
+
+
+def _pretend_tag(storage: Any) -> str | None:
+    return _PRETEND_LOCATION.get()
+
+
+def _no_restore(storage: Any, location: str) -> None:
+    return None  # leave restoring to PyTorch's own deserializers
+
+
+def save_as_if_on(obj: Any, path: str | os.PathLike, location: str) -> Path:
+    """``torch.save(obj, path)``, with every storage tagged ``location`` (e.g. ``'cuda:0'``).
+
+    torch.save records a location tag for each storage, and torch.load moves the data
+    back to that device. This writes the tag a GPU (``'cuda:0'``, ``'cuda:1'``) or a
+    Mac (``'mps'``) would have written, from CPU tensors, so a CPU-only machine can
+    reproduce "saved on a GPU" for real: loading the file without ``map_location``
+    raises PyTorch's genuine error. It uses the public hook for location tags,
+    ``torch.serialization.register_package``, active only inside this call.
+    Returns ``Path(path)``. Introduced in 05_save_load_scenarios.
+    """
+    global _TAGGER_REGISTERED
+    try:
+        tag = str(torch.device(location))
+    except (RuntimeError, TypeError):
+        raise ValueError(
+            f"{location!r} is not a device PyTorch knows; write a tag such as 'cuda:0', "
+            "'cuda:1', 'mps' or 'cpu'."
+        ) from None
+    if not _TAGGER_REGISTERED:
+        torch.serialization.register_package(0, _pretend_tag, _no_restore)
+        _TAGGER_REGISTERED = True
+    token = _PRETEND_LOCATION.set(tag)
+    try:
+        torch.save(obj, path)
+    finally:
+        _PRETEND_LOCATION.reset(token)
+    return Path(path)
+
+
+# --- atomic save -------------------------------------------------------------------------
+
+
+def save_atomic(obj: Any, path: str | os.PathLike) -> Path:
+    """``torch.save(obj, path)`` that never leaves a partial file under ``path``.
+
+    Writes to a temporary file in the same folder, flushes and fsyncs it, then
+    ``os.replace``-s it onto ``path`` (atomic on POSIX and Windows) and fsyncs the
+    folder so the new name survives a power cut. If the process dies mid-save, ``path``
+    still holds the previous checkpoint; a stray ``.<name>.*.tmp`` file may remain.
+    Returns ``Path(path)``. Introduced in 06_training_checkpoints.
+    """
+    path = Path(path)
+    folder = path.parent
+    if path.is_dir():
+        raise IsADirectoryError(f"{str(path)!r} is a folder; give a file name to save to.")
+    if not folder.is_dir():
+        raise FileNotFoundError(
+            f"Cannot save to {str(path)!r}: the folder {str(folder)!r} does not exist. "
+            "Create it first (Path(...).mkdir(parents=True, exist_ok=True))."
+        )
+    handle = tempfile.NamedTemporaryFile(  # noqa: SIM115 - closed below, on every path
+        dir=folder, prefix=f".{path.name}.", suffix=".tmp", delete=False
+    )
+    try:
+        with handle:
+            torch.save(obj, handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(handle.name, path)
+    except BaseException:
+        Path(handle.name).unlink(missing_ok=True)
+        raise
+    if hasattr(os, "O_DIRECTORY"):  # POSIX: make the rename itself durable
+        descriptor = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(descriptor)
+        finally:
+            os.close(descriptor)
+    return path
+
+
+# --- prefixes ----------------------------------------------------------------------------
+
+
+def _copy(state_dict: Mapping[str, Any]) -> OrderedDict:
+    copied = OrderedDict(state_dict)
+    metadata = getattr(state_dict, "_metadata", None)
+    if metadata is not None:
+        copied._metadata = OrderedDict(metadata)  # type: ignore[attr-defined]
+    return copied
+
+
+def strip_prefix(state_dict: Mapping[str, Any], prefix: str = "module.") -> OrderedDict:
+    """Return a copy of ``state_dict`` with a leading ``prefix`` removed from each key.
+
+    Only the start of a key changes (``module.encoder.module.w`` becomes
+    ``encoder.module.w``), unlike ``key.replace('module.', '')``; keys without the
+    prefix are kept as they are. The input is not changed. Built on PyTorch's
+    ``consume_prefix_in_state_dict_if_present``. Introduced in 06_training_checkpoints.
+    """
+    copied = _copy(state_dict)
+    consume_prefix_in_state_dict_if_present(copied, prefix)
+    return copied
+
+
+def strip_wrapper_prefixes(state_dict: Mapping[str, Any]) -> OrderedDict:
+    """Return a copy of ``state_dict`` without the wrappers' leading prefixes.
+
+    Removes ``module.`` (DataParallel, DistributedDataParallel) and ``_orig_mod.``
+    (torch.compile), in any nesting (``_orig_mod.module.fc.weight`` -> ``fc.weight``),
+    as long as every key starts with one. Introduced in 06_training_checkpoints.
+    """
+    copied = _copy(state_dict)
+    while copied:
+        prefix = next((p for p in WRAPPER_PREFIXES if all(k.startswith(p) for k in copied)),
+                      None)
+        if prefix is None:
+            break
+        consume_prefix_in_state_dict_if_present(copied, prefix)
+    return copied
+
+
+def add_prefix(state_dict: Mapping[str, Any], prefix: str = "module.") -> OrderedDict:
+    """Return a copy of ``state_dict`` with ``prefix`` put in front of every key.
+
+    For loading a plain state dict into a wrapped model (DataParallel, DDP).
+    Introduced in 06_training_checkpoints.
+    """
+    return OrderedDict((prefix + key, value) for key, value in state_dict.items())
+
+
+def cleaned_error(error: BaseException) -> str:
+    """The first line of an exception's message, without terminal colour codes.
+
+    PyTorch's ``weights_only`` error contains ANSI bold escapes; this is what a
+    notebook prints instead. Introduced in 05_save_load_scenarios.
+    """
+    text = _ANSI.sub("", str(error)).strip()
+    return f"{type(error).__name__}: {text.splitlines()[0].strip() if text else ''}"
+
+
+__all__ = [
+    "CheckpointError",
+    "CheckpointInfo",
+    "TensorEntry",
+    "UnsafeCheckpointError",
+    "add_prefix",
+    "cleaned_error",
+    "inspect_checkpoint",
+    "save_as_if_on",
+    "save_atomic",
+    "strip_prefix",
+    "strip_wrapper_prefixes",
+]
