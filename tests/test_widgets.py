@@ -139,18 +139,6 @@ def _explorer_parts(box):
     return saved, loaded, kind, run, result
 
 
-def test_saving_as_tags_every_storage_and_then_restores_pytorch(tmp_path):
-    import torch.serialization as serialization
-
-    original = serialization.location_tag
-    with lessons_widgets.saving_as("cuda:0"):
-        torch.save({"weight": torch.ones(2), "bias": torch.zeros(1)}, tmp_path / "c.pt")
-    assert serialization.location_tag is original
-    seen = []
-    torch.load(tmp_path / "c.pt", map_location=lambda storage, tag: seen.append(tag) or storage)
-    assert seen == ["cuda:0", "cuda:0"]
-
-
 @pytest.mark.skipif(ON_GPU, reason="on a GPU machine this case loads")
 def test_explorer_default_case_shows_pytorchs_real_cuda_error():
     saved, loaded, kind, run, result = _explorer_parts(lessons_widgets.scenario_explorer())

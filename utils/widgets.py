@@ -27,13 +27,14 @@ import html
 import os
 import re
 import tempfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
+from utils.checkpoints import save_as_if_on
 from utils.devices import available_devices, second_device
 from utils.placement import where
 
@@ -228,27 +229,6 @@ SAVED_ON = ("cpu", "cuda:0", "mps")
 MAP_LOCATION_KINDS = ("none", "'cpu'", "device", "dict", "callable")
 
 
-@contextlib.contextmanager
-def saving_as(tag: str) -> Iterator[None]:
-    """While active, ``torch.save`` records every storage's location as ``tag``.
-
-    PyTorch writes each storage's data from a CPU copy and records a location tag
-    (``'cpu'``, ``'cuda:0'``, ``'mps'``) that ``torch.load`` uses to put it back. This
-    patches ``torch.serialization.location_tag`` for the duration, so a CPU-only machine
-    writes the file a GPU machine would have written. For 05_save_load_scenarios.
-
-    TODO(integrator): utils.checkpoints has the same helper; keep one after the merge.
-    """
-    import torch.serialization as serialization
-
-    original = serialization.location_tag
-    serialization.location_tag = lambda storage: tag
-    try:
-        yield
-    finally:
-        serialization.location_tag = original
-
-
 def _map_location(kind: str, saved_on: str, loaded_on: str) -> tuple[Any, str]:
     """The map_location value for ``kind``, and the code that writes it."""
     if kind == "none":
@@ -294,7 +274,8 @@ def run_scenario(
     """Save a tiny state dict "on" ``saved_on``, load it with map_location ``kind``; for real.
 
     Where this machine has ``saved_on``, the tensors really go there before saving;
-    otherwise the file is written with its storages tagged ``saved_on`` (:func:`saving_as`),
+    otherwise the file is written with its storages tagged ``saved_on``
+    (:func:`utils.checkpoints.save_as_if_on`),
     exactly as that device would have written it. The load runs with PyTorch's defaults
     (weights_only=True). Returns a dict with ``code`` (:func:`scenario_code`), ``how``
     (how the file was written), ``devices`` ({key: device string} or None) and ``error``
@@ -313,8 +294,7 @@ def run_scenario(
             torch.save(state_dict, path)
             how = f"saved from tensors on {saved_on}, on this machine"
         else:
-            with saving_as(saved_on):
-                torch.save(state_dict, path)
+            save_as_if_on(state_dict, path, saved_on)
             how = (f"this machine has no {saved_on}: written here with every storage tagged "
                    f"{saved_on!r}, byte for byte what a {saved_on} machine saves")
         try:
