@@ -106,6 +106,17 @@ def test_model_names_a_hard_coded_cuda_in_forward():
             checks.FAILED, "hard-coded 'cuda'", "`.to(device)`")
 
 
+def test_a_mismatch_naming_an_accelerator_nobody_asked_for_is_a_hard_coded_device():
+    """On a GPU machine `torch.randn(..., device="cuda")` in a CPU run fails with a mismatch."""
+    from utils.checks.lab04 import _names_a_third_device
+
+    gpu_message = RuntimeError("Expected all tensors to be on the same device, but got other "
+                               "is on cuda:0, different from other tensors on cpu")
+    assert _names_a_third_device(gpu_message, torch.device("cpu"))
+    assert _names_a_third_device(gpu_message, torch.device("meta"))
+    assert not _names_a_third_device(gpu_message, torch.device("cuda:0"))
+
+
 def test_model_that_dropped_the_noise_is_told_to_keep_it():
     _status(checks.check_device_agnostic_model(make_build_model("no-noise"), DEVICE, OTHER),
             checks.FAILED, "you removed the noise")
@@ -153,12 +164,14 @@ def test_setup_names_the_bare_cuda():
         loss_fn = nn.CrossEntropyLoss(weight=torch.tensor(WEIGHTS, device=device))
         return model, loss_fn, torch.optim.SGD(model.parameters(), lr=0.1)
 
-    _status(checks.check_training_setup(build_training, DEVICE, OTHER), checks.FAILED,
-            "hard-coded 'cuda'", "Torch not compiled with CUDA enabled")
+    feedback = _status(checks.check_training_setup(build_training, DEVICE, OTHER),
+                       checks.FAILED, "hard-coded 'cuda'")
+    if not torch.cuda.is_available():  # PyTorch's own words, quoted
+        assert "Torch not compiled with CUDA enabled" in feedback.message
 
 
 def test_setup_names_an_ignored_device_argument():
-    """What a GPU machine sees for `.cuda()`: asked for the CPU, got the model elsewhere."""
+    """What a GPU machine sees for `.cuda()`: asked for one device, got the model on another."""
     def build_training(model, device):
         model.to(OTHER)  # a device fixed in the function, not the argument
         loss_fn = nn.CrossEntropyLoss(weight=torch.tensor(WEIGHTS)).to(device)

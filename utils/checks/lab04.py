@@ -13,6 +13,7 @@ Introduced in lab 04_cross_device_errors.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 import numpy as np
@@ -64,6 +65,18 @@ def _is_mismatch(error: BaseException | None) -> bool:
 
 def _is_hard_coded(error: BaseException | None) -> bool:
     return error is not None and any(text in str(error) for text in _HARD_CODED)
+
+
+def _names_a_third_device(error: BaseException | None, target: torch.device) -> bool:
+    """A device mismatch that names an accelerator the check did not ask for.
+
+    With the model and data on ``target``, a tensor on another accelerator can only come
+    from a device written into the code (on a GPU machine, ``.cuda()`` in a CPU run).
+    """
+    if not _is_mismatch(error):
+        return False
+    named = re.findall(r"\b(cuda|mps|xpu)(?::\d+)?\b", str(error))
+    return any(device_type != target.type for device_type in named)
 
 
 def _hard_coded(exercise: str, what: str) -> Feedback:
@@ -182,8 +195,9 @@ def check_device_agnostic_model(build_model: Callable[[], nn.Module],
             model = build_model().to(target).train()
             inputs = torch.randn(5, 4, device=target)
             outputs, error = _call(model, inputs)
-            if _is_hard_coded(error):
-                return _hard_coded(exercise, f"forward failed on {target}: {_said(error)}")
+            if _is_hard_coded(error) or _names_a_third_device(error, target):
+                return _hard_coded(exercise, f"forward failed on {device_name(target)}: "
+                                             f"{_said(error)}")
             if _is_mismatch(error):
                 return Feedback(exercise, FAILED,
                                 f"the audit is clean, but forward fails on "
@@ -252,10 +266,10 @@ def check_training_setup(build_training: Callable, device: torch.device | str,
             left = audit(model, target)
             if left:
                 found = sorted({str(f.device) for f in left})
-                if target.type == "cpu":
-                    return _hard_coded(exercise, f"asked for the CPU, the model came back on "
-                                                 f"{', '.join(found)}: the function ignores "
-                                                 f"its `device` argument")
+                if any(f.device.type != "cpu" for f in left):  # it arrived on the CPU
+                    return _hard_coded(exercise, f"asked for {device_name(target)}, the model "
+                                                 f"came back on {', '.join(found)}: the "
+                                                 f"function ignores its `device` argument")
                 return Feedback(exercise, FAILED,
                                 f"the model is still on {', '.join(found)}, not on "
                                 f"{device_name(target)}. Call `model.to(device)`: Module.to "
@@ -328,7 +342,7 @@ def check_train_step(train_step: Callable, device: torch.device | str,
             before = [p.detach().clone() for p in model.parameters()]
             inputs, targets = _batch()
             loss, error = _call(train_step, model, loss_fn, optimizer, inputs, targets, target)
-            if _is_hard_coded(error):
+            if _is_hard_coded(error) or _names_a_third_device(error, target):
                 return _hard_coded(exercise, f"on {device_name(target)} train_step raised "
                                              f"{_said(error)}")
             if _is_mismatch(error):
@@ -399,7 +413,7 @@ def check_predict(predict: Callable, device: torch.device | str,
             array, error = _call(predict, model, inputs, target)
             if target.type == "meta" and isinstance(error, NotImplementedError):
                 continue  # it reached .cpu(): a GPU would copy here, meta has no data to copy
-            if _is_hard_coded(error):
+            if _is_hard_coded(error) or _names_a_third_device(error, target):
                 return _hard_coded(exercise, f"on {device_name(target)} predict raised "
                                              f"{_said(error)}")
             if isinstance(error, TypeError) and "to numpy" in str(error):
