@@ -15,19 +15,31 @@ from utils.checks.lab02 import (
     check_prepare,
     check_where_is_it_now,
 )
+from utils.checks.lab04 import (
+    CLASS_WEIGHTS,
+    check_device_agnostic_model,
+    check_predict,
+    check_train_step,
+    check_training_setup,
+)
 from utils.checks.lab06 import check_atomic_save, check_resume, tiny_training, train_epoch
 
 __all__ = [
+    "CLASS_WEIGHTS",
     "FAILED",
     "IS_QUESTIONS",
     "NOT_ATTEMPTED",
     "PASSED",
     "Feedback",
     "check_atomic_save",
+    "check_device_agnostic_model",
     "check_is_predictions",
     "check_model_and_optimizer",
+    "check_predict",
     "check_prepare",
     "check_resume",
+    "check_train_step",
+    "check_training_setup",
     "check_where_is_it_now",
     "tiny_training",
     "train_epoch",
