@@ -1,0 +1,18 @@
+"""Helpers shared by the tests of utils.checks (one test file per lab)."""
+
+from __future__ import annotations
+
+from utils import checks
+
+
+def stub(*args):
+    """What a student's unattempted exercise does: nbgrader's stub."""
+    raise NotImplementedError()
+
+
+def assert_feedback(feedback: checks.Feedback, status: str, *phrases: str) -> checks.Feedback:
+    """Assert the check's status and that its message contains each phrase; return it."""
+    assert feedback.status == status, str(feedback)
+    for phrase in phrases:
+        assert phrase in feedback.message, f"{phrase!r} not in {feedback.message!r}"
+    return feedback
