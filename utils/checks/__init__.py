@@ -15,6 +15,14 @@ from utils.checks.lab02 import (
     check_prepare,
     check_where_is_it_now,
 )
+from utils.checks.lab05 import (
+    MysteryNet,
+    check_compiled_checkpoint,
+    check_ddp_checkpoint,
+    check_gpu_checkpoint,
+    check_whole_model,
+    mystery_net,
+)
 from utils.checks.lab06 import check_atomic_save, check_resume, tiny_training, train_epoch
 
 __all__ = [
@@ -23,12 +31,18 @@ __all__ = [
     "NOT_ATTEMPTED",
     "PASSED",
     "Feedback",
+    "MysteryNet",
     "check_atomic_save",
+    "check_compiled_checkpoint",
+    "check_ddp_checkpoint",
+    "check_gpu_checkpoint",
     "check_is_predictions",
     "check_model_and_optimizer",
     "check_prepare",
     "check_resume",
     "check_where_is_it_now",
+    "check_whole_model",
+    "mystery_net",
     "tiny_training",
     "train_epoch",
 ]
