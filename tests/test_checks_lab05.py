@@ -231,10 +231,10 @@ def test_whole_model_catches_add_safe_globals_and_restores_the_allowlist(tmp_pat
         torch.serialization.add_safe_globals(trusted)
         return torch.load(path, weights_only=True)
 
-    before = list(torch.serialization.get_safe_globals())
     _status(checks.check_whole_model(global_allowlist, folder=tmp_path), checks.FAILED,
             "add_safe_globals")
-    assert list(torch.serialization.get_safe_globals()) == before
+    allowed = torch.serialization.get_safe_globals()  # PyTorch may add its own on first use
+    assert checks.MysteryNet not in allowed and nn.Linear not in allowed
 
 
 def test_whole_model_catches_returning_the_state_dict(tmp_path):
