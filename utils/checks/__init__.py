@@ -22,17 +22,29 @@ from utils.checks.lab04 import (
     check_train_step,
     check_training_setup,
 )
+from utils.checks.lab05 import (
+    MysteryNet,
+    check_compiled_checkpoint,
+    check_ddp_checkpoint,
+    check_gpu_checkpoint,
+    check_whole_model,
+    mystery_net,
+)
 from utils.checks.lab06 import check_atomic_save, check_resume, tiny_training, train_epoch
 
 __all__ = [
     "CLASS_WEIGHTS",
     "FAILED",
+    "Feedback",
     "IS_QUESTIONS",
+    "MysteryNet",
     "NOT_ATTEMPTED",
     "PASSED",
-    "Feedback",
     "check_atomic_save",
+    "check_compiled_checkpoint",
+    "check_ddp_checkpoint",
     "check_device_agnostic_model",
+    "check_gpu_checkpoint",
     "check_is_predictions",
     "check_model_and_optimizer",
     "check_predict",
@@ -41,6 +53,8 @@ __all__ = [
     "check_train_step",
     "check_training_setup",
     "check_where_is_it_now",
+    "check_whole_model",
+    "mystery_net",
     "tiny_training",
     "train_epoch",
 ]
