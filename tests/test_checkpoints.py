@@ -87,6 +87,11 @@ def test_inspect_lists_sparse_tensors_instead_of_crashing(folder):
     assert rows["csr"].location == "cpu (sparse)" and rows["d"].location == "cpu"
 
 
+def test_a_key_with_a_slash_is_told_apart_from_a_nested_key(folder):
+    torch.save({"a/b": torch.ones(1), "a": {"b": torch.zeros(1)}}, "keys.pt")
+    keys = [e.key for e in utils.inspect_checkpoint("keys.pt").entries]
+    assert keys == ["'a/b'", "a/b"]
+
 def test_inspect_says_a_meta_tensor_saves_no_data(folder):
     torch.save({"m": torch.empty(3, device="meta")}, "meta.pt")
     (entry,) = utils.inspect_checkpoint("meta.pt").entries

@@ -246,7 +246,8 @@ def _walk(obj: Any, key: str, seen: set[int], found: list[tuple[str, torch.Tenso
     if isinstance(obj, Mapping):
         seen.add(id(obj))
         for name, value in obj.items():
-            _walk(value, f"{key}/{name}" if key else str(name), seen, found)
+            part = repr(name) if "/" in str(name) else str(name)  # 'a/b' is not a, then b
+            _walk(value, f"{key}/{part}" if key else part, seen, found)
     elif isinstance(obj, (list, tuple, set, frozenset)):
         seen.add(id(obj))
         for index, value in enumerate(obj):
@@ -256,7 +257,8 @@ def _walk(obj: Any, key: str, seen: set[int], found: list[tuple[str, torch.Tenso
 def inspect_checkpoint(path: str | os.PathLike) -> CheckpointInfo:
     """Return what the checkpoint at ``path`` holds, without loading its data.
 
-    For each tensor: its key path (``model/fc.weight``, levels joined by ``/``), shape,
+    For each tensor: its key path (``model/fc.weight``, levels joined by ``/``; a key
+    that itself holds a ``/`` is quoted, ``'a/b'``), shape, storage size,
     dtype and the location tag it was saved with (``cpu``, ``cuda:0``, ``mps``...).
     ``.locations`` is the set of tags, ``.entries`` the rows; the result renders as a
     table in a notebook.
