@@ -65,6 +65,56 @@ def test_inspect_reads_legacy_format_and_views(folder):
         ("w", (3, 4), "cpu"), ("row", (4,), "cpu")]
 
 
+
+def test_inspect_shows_the_whole_storage_a_view_saves_and_counts_it_once(folder):
+    big = torch.zeros(1024, 256)  # 1 MiB
+    torch.save({"head": big[:2], "again": big[:2]}, "view.pt")
+    info = utils.inspect_checkpoint("view.pt")
+    head, again = info.entries
+    assert head.nbytes == 2 * 256 * 4 and head.storage_bytes == 2**20 and not head.shared
+    assert again.shared and info.storage_bytes == 2**20  # one storage, counted once
+    assert "1.0 MiB" in str(info) and "shared" in str(info)
+    torch.save({"head": big[:2].clone()}, "clone.pt")
+    assert utils.inspect_checkpoint("clone.pt").storage_bytes == 2 * 256 * 4
+
+
+@pytest.mark.filterwarnings("ignore:Sparse CSR tensor support is in beta")
+def test_inspect_lists_sparse_tensors_instead_of_crashing(folder):
+    sparse = torch.sparse_coo_tensor([[0, 2]], [1.0, 2.0], (4,))
+    torch.save({"s": sparse, "csr": torch.eye(3).to_sparse_csr(), "d": torch.ones(2)}, "sp.pt")
+    rows = {e.key: e for e in utils.inspect_checkpoint("sp.pt").entries}
+    assert rows["s"].location == "cpu (sparse)" and rows["s"].shape == (4,)
+    assert rows["csr"].location == "cpu (sparse)" and rows["d"].location == "cpu"
+
+
+def test_a_key_with_a_slash_is_told_apart_from_a_nested_key(folder):
+    torch.save({"a/b": torch.ones(1), "a": {"b": torch.zeros(1)}}, "keys.pt")
+    keys = [e.key for e in utils.inspect_checkpoint("keys.pt").entries]
+    assert keys == ["'a/b'", "a/b"]
+
+def test_inspect_says_a_meta_tensor_saves_no_data(folder):
+    torch.save({"m": torch.empty(3, device="meta")}, "meta.pt")
+    (entry,) = utils.inspect_checkpoint("meta.pt").entries
+    assert entry.location == "meta (no data saved)" and entry.storage_bytes == 0
+
+
+@pytest.mark.filterwarnings("ignore:Detected pickle protocol 4")
+def test_a_legacy_file_with_pickle_protocol_4_is_named_as_such(folder):
+    """PyTorch's safe loader cannot read it (FRAME, opcode 149): say so, not 'not a
+    checkpoint'."""
+    torch.save({"w": torch.ones(2)}, "p4.pt", pickle_protocol=4,
+               _use_new_zipfile_serialization=False)
+    with pytest.raises(utils.CheckpointError, match="legacy-format torch.save checkpoint "
+                       "written with pickle protocol 4"):
+        utils.inspect_checkpoint("p4.pt")
+
+
+def test_a_zip_with_data_pkl_but_no_version_was_not_written_by_torch_save(folder):
+    with zipfile.ZipFile("odd.pt", "w") as archive:
+        archive.writestr("odd/data.pkl", pickle.dumps({"a": 1}, protocol=2))
+    with pytest.raises(utils.CheckpointError, match="not written by torch.save"):
+        utils.inspect_checkpoint("odd.pt")
+
 def test_inspect_renders_as_text_and_html(folder):
     utils.save_as_if_on({"layer": {"weight": torch.zeros(2, 2)}}, "f.pt", "cuda:0")
     info = utils.inspect_checkpoint("f.pt")
@@ -240,6 +290,30 @@ def test_save_atomic_failure_keeps_the_old_file_and_cleans_up(folder):
     assert sorted(p.name for p in folder.iterdir()) == ["ckpt.pt"]
 
 
+def test_save_atomic_gives_the_file_the_mode_torch_save_would(folder):
+    old_mask = os.umask(0o022)
+    try:
+        torch.save({}, "plain.pt")
+        utils.save_atomic({}, "atomic.pt")
+    finally:
+        os.umask(old_mask)
+    assert (folder / "plain.pt").stat().st_mode & 0o777 == 0o644
+    assert (folder / "atomic.pt").stat().st_mode & 0o777 == 0o644
+
+
+class _FailsMidSave:
+    def __reduce__(self):
+        raise RuntimeError("the process dies here, halfway through the pickle")
+
+
+def test_save_atomic_failing_halfway_keeps_the_old_file(folder):
+    utils.save_atomic({"generation": 1}, "ckpt.pt")
+    with pytest.raises(RuntimeError, match="halfway"):
+        utils.save_atomic({"w": torch.ones(1000), "z": _FailsMidSave()}, "ckpt.pt")
+    assert torch.load("ckpt.pt") == {"generation": 1}
+    assert sorted(p.name for p in folder.iterdir()) == ["ckpt.pt"]
+
+
 def test_save_atomic_into_a_missing_folder_says_so(folder):
     with pytest.raises(FileNotFoundError, match="does not exist"):
         utils.save_atomic({}, "no_such_folder/ckpt.pt")
@@ -268,6 +342,26 @@ def test_strip_prefix_keeps_metadata_for_load_state_dict():
 def test_strip_wrapper_prefixes_undoes_ddp_and_compile(prefix):
     state = utils.add_prefix(nn.Linear(2, 2).state_dict(), prefix)
     assert list(utils.strip_wrapper_prefixes(state)) == ["weight", "bias"]
+
+
+def test_strip_wrapper_prefixes_keeps_a_layer_named_module():
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.module = nn.Linear(4, 2)
+
+    wrapped = nn.DataParallel(Block()).state_dict()
+    assert list(wrapped) == ["module.module.weight", "module.module.bias"]
+    assert list(utils.strip_wrapper_prefixes(wrapped)) == ["module.weight", "module.bias"]
+    Block().load_state_dict(utils.strip_wrapper_prefixes(wrapped))
+    twice = nn.DataParallel(nn.DataParallel(Block())).state_dict()  # module.module.module.
+    assert list(utils.strip_wrapper_prefixes(twice, Block())) == ["module.weight", "module.bias"]
+
+
+def test_strip_wrapper_prefixes_stops_once_the_target_keys_match():
+    state = utils.add_prefix(nn.Linear(2, 2).state_dict(), "_orig_mod.module.")
+    target = utils.add_prefix(nn.Linear(2, 2).state_dict(), "module.")
+    assert list(utils.strip_wrapper_prefixes(state, target)) == list(target)
 
 
 def test_strip_wrapper_prefixes_leaves_mixed_keys_alone():

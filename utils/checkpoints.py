@@ -18,6 +18,7 @@ import os
 import pickle
 import re
 import tempfile
+import warnings
 import zipfile
 from collections import OrderedDict
 from collections.abc import Mapping
@@ -56,6 +57,11 @@ class TensorEntry:
     dtype: torch.dtype
     location: str
     nbytes: int
+    #: Bytes of the whole storage the tensor views, which torch.save writes in full
+    #: (a 2-element view of a 1 MiB tensor saves 1 MiB). 0 for meta and sparse tensors.
+    storage_bytes: int = 0
+    #: True when an earlier entry already showed this storage (saved once, shared).
+    shared: bool = False
 
 
 @dataclass
@@ -74,28 +80,39 @@ class CheckpointInfo:
 
     @property
     def tensor_bytes(self) -> int:
-        """Bytes of tensor data the entries describe (views count their own elements)."""
+        """Bytes of the entries' own elements (a view counts only its elements; a tensor
+        that appears twice counts twice). What the file holds is :attr:`storage_bytes`."""
         return sum(entry.nbytes for entry in self.entries)
 
+    @property
+    def storage_bytes(self) -> int:
+        """Bytes of tensor data the file holds: each storage once, whole (views included)."""
+        return sum(entry.storage_bytes for entry in self.entries if not entry.shared)
+
     def summary(self) -> str:
-        """One line: name, format, size, tensor count and location tags."""
+        """One line: name, format, size, tensor count, storage bytes and location tags."""
         tags = ", ".join(sorted(self.locations)) or "none"
         return (
             f"{self.name}: {self.format} format, {_size(self.file_bytes)}, "
-            f"{len(self.entries)} tensor(s), saved location tag(s): {tags}"
+            f"{len(self.entries)} tensor(s) in {_size(self.storage_bytes)} of storage, "
+            f"saved location tag(s): {tags}"
         )
 
-    def rows(self, limit: int = 40) -> list[tuple[str, str, str, str]]:
-        """(key, shape, dtype, location) as strings, at most ``limit`` of them."""
+    def rows(self, limit: int = 40) -> list[tuple[str, str, str, str, str]]:
+        """(key, shape, dtype, location, storage) as strings, at most ``limit`` of them.
+
+        ``storage`` is the size of the whole storage saved for the tensor, or
+        ``shared`` when an earlier row's storage holds it too."""
         return [
-            (e.key, str(tuple(e.shape)), str(e.dtype).removeprefix("torch."), e.location)
+            (e.key, str(tuple(e.shape)), str(e.dtype).removeprefix("torch."), e.location,
+             "shared" if e.shared else _size(e.storage_bytes))
             for e in self.entries[:limit]
         ]
 
     def __str__(self) -> str:
-        header = ("key", "shape", "dtype", "saved on")
+        header = _HEADER
         rows = [header, *self.rows()]
-        widths = [max(len(row[i]) for row in rows) for i in range(4)]
+        widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
         lines = [self.summary()]
         lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
                   for row in rows]
@@ -114,9 +131,12 @@ class CheckpointInfo:
         tail = f"<p>... and {more} more</p>" if more > 0 else ""
         return (
             f"<p><b>{html.escape(self.summary())}</b></p><table>"
-            "<tr><th>key</th><th>shape</th><th>dtype</th><th>saved on</th></tr>"
+            "<tr>" + "".join(f"<th>{h}</th>" for h in _HEADER) + "</tr>"
             f"{cells}</table>{tail}"
         )
+
+
+_HEADER = ("key", "shape", "dtype", "saved on", "storage saved")
 
 
 def _size(nbytes: int) -> str:
@@ -162,8 +182,8 @@ def _sniff(path: Path) -> str:
         head = handle.read(64)
     if head.startswith(ZIP_MAGIC):
         return "zip"
-    if head.startswith(LEGACY_MAGIC):
-        return "legacy"
+    if head.startswith(LEGACY_MAGIC) or (head[:1] == b"\x80" and LEGACY_MAGIC[2:] in head):
+        return "legacy"  # any pickle protocol (pickle_protocol=4 adds a frame first)
     if len(head) >= 9 and int.from_bytes(head[:8], "little") < size and head[8:9] == b"{":
         found = "a safetensors file: load it with safetensors.torch.load_file"
     elif head[:1] == b"\x80":
@@ -183,6 +203,13 @@ def _sniff(path: Path) -> str:
     )
 
 
+def _head_protocol(path: Path) -> int:
+    """The pickle protocol a file starts with (0 when it does not start with one)."""
+    with open(path, "rb") as handle:
+        head = handle.read(2)
+    return head[1] if head[:1] == b"\x80" and len(head) == 2 else 0
+
+
 def _zip_problem(path: Path) -> str | None:
     """Why a zip file cannot be a torch.save checkpoint, or None when it looks like one."""
     try:
@@ -191,10 +218,13 @@ def _zip_problem(path: Path) -> str | None:
     except (zipfile.BadZipFile, OSError):
         return ("its zip directory is missing or damaged, so the file is truncated or corrupted "
                 "(an interrupted save or download). Save or download it again")
+    shown = ", ".join(names[:5]) or "nothing"
     if not any(n.endswith("/data.pkl") for n in names):
-        shown = ", ".join(names[:5]) or "nothing"
         return (f"it is a zip archive without data.pkl (it holds: {shown}), so it was not "
                 "written by torch.save")
+    if not any(n.endswith("/version") and "/.data/" not in n for n in names):
+        return (f"it is a zip archive with a data.pkl but no version record (it holds: "
+                f"{shown}), so it was not written by torch.save")
     return None
 
 
@@ -216,7 +246,8 @@ def _walk(obj: Any, key: str, seen: set[int], found: list[tuple[str, torch.Tenso
     if isinstance(obj, Mapping):
         seen.add(id(obj))
         for name, value in obj.items():
-            _walk(value, f"{key}/{name}" if key else str(name), seen, found)
+            part = repr(name) if "/" in str(name) else str(name)  # 'a/b' is not a, then b
+            _walk(value, f"{key}/{part}" if key else part, seen, found)
     elif isinstance(obj, (list, tuple, set, frozenset)):
         seen.add(id(obj))
         for index, value in enumerate(obj):
@@ -226,7 +257,8 @@ def _walk(obj: Any, key: str, seen: set[int], found: list[tuple[str, torch.Tenso
 def inspect_checkpoint(path: str | os.PathLike) -> CheckpointInfo:
     """Return what the checkpoint at ``path`` holds, without loading its data.
 
-    For each tensor: its key path (``model/fc.weight``, levels joined by ``/``), shape,
+    For each tensor: its key path (``model/fc.weight``, levels joined by ``/``; a key
+    that itself holds a ``/`` is quoted, ``'a/b'``), shape, storage size,
     dtype and the location tag it was saved with (``cpu``, ``cuda:0``, ``mps``...).
     ``.locations`` is the set of tags, ``.entries`` the rows; the result renders as a
     table in a notebook.
@@ -250,10 +282,22 @@ def inspect_checkpoint(path: str | os.PathLike) -> CheckpointInfo:
         return storage
 
     try:
-        loaded = torch.load(path, map_location=record, weights_only=True, mmap=fmt == "zip")
+        with warnings.catch_warnings():  # loading sparse tensors warns about invariant checks
+            warnings.filterwarnings("ignore", message="Sparse invariant checks")
+            loaded = torch.load(path, map_location=record, weights_only=True,
+                                mmap=fmt == "zip")
     except pickle.UnpicklingError as error:
         message = _ANSI.sub("", str(error))
         found = _unsafe_globals(path, fmt, message)
+        operand = re.search(r"Unsupported operand (\d+)", message)
+        if not found and operand and _head_protocol(path) > 2:
+            raise CheckpointError(
+                f"{name!r} is a {fmt}-format torch.save checkpoint written with pickle "
+                f"protocol {_head_protocol(path)}, whose opcodes (here {operand.group(1)}) "
+                "PyTorch's safe loader (weights_only=True) does not support. Re-save it with "
+                "the default protocol, or, only if you trust where it came from, load it "
+                "with weights_only=False."
+            ) from None
         if not found and "blocked" not in message:
             raise CheckpointError(
                 f"{name!r} could not be unpickled: the file is damaged or truncated, or uses "
@@ -286,18 +330,36 @@ def inspect_checkpoint(path: str | os.PathLike) -> CheckpointInfo:
 
     found: list[tuple[str, torch.Tensor]] = []
     _walk(loaded, "", set(), found)
-    entries = [
-        TensorEntry(
+    seen: set[int] = set()
+    entries = []
+    for key, tensor in found:
+        location, storage_bytes, shared = _where(tensor, tags, seen)
+        entries.append(TensorEntry(
             key=key or "(the saved object)",
             shape=tuple(tensor.shape),
             dtype=tensor.dtype,
-            location=tags.get(tensor.untyped_storage()._cdata, "unknown"),
+            location=location,
             nbytes=tensor.numel() * tensor.element_size(),
-        )
-        for key, tensor in found
-    ]
+            storage_bytes=storage_bytes,
+            shared=shared,
+        ))
     return CheckpointInfo(name=name, format=fmt, file_bytes=path.stat().st_size,
                           entries=entries)
+
+
+def _where(tensor: torch.Tensor, tags: dict[int, str],
+           seen: set[int]) -> tuple[str, int, bool]:
+    """(location tag, storage bytes, shared with an earlier entry) for one loaded tensor."""
+    if tensor.is_meta:
+        return "meta (no data saved)", 0, False
+    if tensor.layout != torch.strided:  # sparse: its values tensor holds a storage and a tag
+        values = tensor._values() if tensor.layout == torch.sparse_coo else tensor.values()
+        tag = tags.get(values.untyped_storage()._cdata)
+        return (f"{tag} (sparse)" if tag else "n/a (sparse)"), 0, False
+    storage = tensor.untyped_storage()
+    shared = storage._cdata in seen
+    seen.add(storage._cdata)
+    return tags.get(storage._cdata, "unknown"), storage.nbytes(), shared
 
 
 # --- writing a checkpoint "as if saved on" another device -------------------------------
@@ -349,6 +411,13 @@ def save_as_if_on(obj: Any, path: str | os.PathLike, location: str) -> Path:
 # --- atomic save -------------------------------------------------------------------------
 
 
+def _umask() -> int:
+    """The process's umask (reading it means setting it: set it straight back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def save_atomic(obj: Any, path: str | os.PathLike) -> Path:
     """``torch.save(obj, path)`` that never leaves a partial file under ``path``.
 
@@ -356,6 +425,7 @@ def save_atomic(obj: Any, path: str | os.PathLike) -> Path:
     ``os.replace``-s it onto ``path`` (atomic on POSIX and Windows) and fsyncs the
     folder so the new name survives a power cut. If the process dies mid-save, ``path``
     still holds the previous checkpoint; a stray ``.<name>.*.tmp`` file may remain.
+    The file gets the permissions ``torch.save`` would give it (``0o666`` less the umask).
     Returns ``Path(path)``. Introduced in 06_training_checkpoints.
     """
     path = Path(path)
@@ -374,6 +444,7 @@ def save_atomic(obj: Any, path: str | os.PathLike) -> Path:
         with handle:
             torch.save(obj, handle)
             handle.flush()
+            os.chmod(handle.name, 0o666 & ~_umask())  # as open() would: not mkstemp's 0600
             os.fsync(handle.fileno())
         os.replace(handle.name, path)
     except BaseException:
@@ -412,20 +483,30 @@ def strip_prefix(state_dict: Mapping[str, Any], prefix: str = "module.") -> Orde
     return copied
 
 
-def strip_wrapper_prefixes(state_dict: Mapping[str, Any]) -> OrderedDict:
+def strip_wrapper_prefixes(state_dict: Mapping[str, Any],
+                           target: Any = None) -> OrderedDict:
     """Return a copy of ``state_dict`` without the wrappers' leading prefixes.
 
     Removes ``module.`` (DataParallel, DistributedDataParallel) and ``_orig_mod.``
-    (torch.compile), in any nesting (``_orig_mod.module.fc.weight`` -> ``fc.weight``),
-    as long as every key starts with one. Introduced in 06_training_checkpoints.
+    (torch.compile), as long as every key starts with one. Each wrapper prefix is removed
+    at most once (``_orig_mod.module.fc.weight`` -> ``fc.weight``), so a model whose own
+    layer is called ``module`` keeps it (``module.module.weight`` -> ``module.weight``).
+    ``target`` (a model, a state dict or its keys) makes it stop as soon as the keys
+    match the target's. Introduced in 06_training_checkpoints.
     """
+    if target is not None and hasattr(target, "state_dict"):
+        target = target.state_dict()
+    wanted = None if target is None else set(target)
     copied = _copy(state_dict)
-    while copied:
-        prefix = next((p for p in WRAPPER_PREFIXES if all(k.startswith(p) for k in copied)),
-                      None)
+    left = list(WRAPPER_PREFIXES)  # without a target, each prefix goes at most once
+    while copied and (wanted is None or set(copied) != wanted):
+        prefix = next((p for p in (left if wanted is None else WRAPPER_PREFIXES)
+                       if all(k.startswith(p) for k in copied)), None)
         if prefix is None:
             break
         consume_prefix_in_state_dict_if_present(copied, prefix)
+        if prefix in left:
+            left.remove(prefix)
     return copied
 
 

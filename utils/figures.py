@@ -5,6 +5,9 @@ Introduced in notebook 01_tensor_to (the figure after ``moved = weights.to(other
 
 from __future__ import annotations
 
+import os
+import textwrap
+
 import matplotlib.pyplot as plt
 import torch
 from matplotlib.figure import Figure
@@ -111,3 +114,55 @@ def scenario_matrix(
         spine.set_visible(False)
     figure.tight_layout()
     return figure
+
+
+#: The columns of notebook 05's scenario matrix: (the machine that loads, map_location).
+LOAD_CASES: tuple[tuple[str, str | None], ...] = (
+    ("CPU", None), ("CPU", "cpu"), ("GPU", None), ("GPU", "cuda:0"))
+
+
+def load_outcome(path: str | os.PathLike, map_location: str | None) -> str:
+    """Load the state dict at ``path`` for real; return the text of one matrix cell.
+
+    ``loads, tensors on <device>`` or ``RuntimeError:`` and the start of PyTorch's
+    message, wrapped to fit a cell. Introduced in 05_save_load_scenarios.
+    """
+    try:
+        state = torch.load(path, map_location=map_location)
+    except RuntimeError as error:
+        return "RuntimeError:\n" + textwrap.fill(str(error).split(" but ")[0], 26)
+    return f"loads, tensors on\n{state['weight'].device}"
+
+
+def run_load_cases(
+    files: dict[str, str | os.PathLike], has_gpu: bool
+) -> dict[tuple[str, str, str | None], str]:
+    """Load each file in each of :data:`LOAD_CASES` that this machine can run.
+
+    Returns ``{(saved on, loaded on, map_location): cell text}``; a case that needs
+    another kind of machine gets ``not run here: needs ...``. Introduced in
+    05_save_load_scenarios.
+    """
+    outcomes = {}
+    for saved_on, path in files.items():
+        for loaded_on, map_location in LOAD_CASES:
+            runnable = map_location == "cpu" or (loaded_on == "GPU") == has_gpu
+            needs = "a GPU" if loaded_on == "GPU" else "a CPU-only machine"
+            outcomes[saved_on, loaded_on, map_location] = (
+                load_outcome(path, map_location) if runnable else f"not run here:\nneeds {needs}")
+    return outcomes
+
+
+def load_matrix(outcomes: dict[tuple[str, str, str | None], str], title: str) -> Figure:
+    """Draw :func:`run_load_cases`' outcomes with :func:`scenario_matrix`; return the Figure.
+
+    Introduced in 05_save_load_scenarios.
+    """
+    def label(loaded_on: str, map_location: str | None) -> str:
+        how = "no map_location" if map_location is None else f"map_location={map_location!r}"
+        return f"{loaded_on}\n{how}"
+
+    rows = list(dict.fromkeys(saved_on for saved_on, _, _ in outcomes))
+    cells = {(saved_on, label(loaded_on, map_location)): text
+             for (saved_on, loaded_on, map_location), text in outcomes.items()}
+    return scenario_matrix(cells, rows, [label(*case) for case in LOAD_CASES], title)

@@ -263,7 +263,7 @@ def scenario_code(saved_on: str, loaded_on: str, kind: str) -> str:
         f'state_dict = {{"weight": torch.ones(2, 3, device="{saved_on}"), '
         f'"bias": torch.zeros(2, device="{saved_on}")}}',
         'torch.save(state_dict, "checkpoint.pt")',
-        f"# here, loading it for {loaded_on}:",
+        f"# then, on the machine that loads it, for use on {loaded_on}:",
         f'state_dict = torch.load("checkpoint.pt"{argument})',
     ])
 
