@@ -80,7 +80,7 @@ def test_inspect_shows_the_whole_storage_a_view_saves_and_counts_it_once(folder)
 
 @pytest.mark.filterwarnings("ignore:Sparse CSR tensor support is in beta")
 def test_inspect_lists_sparse_tensors_instead_of_crashing(folder):
-    sparse = torch.sparse_coo_tensor([[0, 2]], [1.0, 2.0], (4,))
+    sparse = torch.sparse_coo_tensor([[0, 2]], [1.0, 2.0], (4,), check_invariants=True)
     torch.save({"s": sparse, "csr": torch.eye(3).to_sparse_csr(), "d": torch.ones(2)}, "sp.pt")
     rows = {e.key: e for e in utils.inspect_checkpoint("sp.pt").entries}
     assert rows["s"].location == "cpu (sparse)" and rows["s"].shape == (4,)
