@@ -61,3 +61,15 @@ def test_colab_preamble_installs_only_utils_and_never_torch(monkeypatch):
 
 def test_colab_preamble_does_nothing_outside_colab(monkeypatch):
     assert _run_preamble(monkeypatch, on_colab=False) == []
+
+
+def test_quiz_cells_are_collapsed_so_the_answer_key_is_not_shown():
+    import nbformat
+
+    quizzes = [cell for path in lessons.lesson_notebooks()
+               for cell in nbformat.read(path, as_version=4).cells
+               if cell.cell_type == "code" and cell.source.startswith("utils.quiz(")]
+    assert quizzes
+    for cell in quizzes:
+        assert cell.metadata["jupyter"]["source_hidden"] is True
+        assert cell.metadata["cellView"] == "form"

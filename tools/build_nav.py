@@ -3,6 +3,7 @@
 - each notebook's first cell: Colab and Binder badges and prev | contents | next links;
 - each notebook's last cell: the same navigation;
 - the first paragraph of each notebook's setup cell (tagged ``setup``): installs utils on Colab;
+- quiz cells collapsed (their source names the answer);
 - the README's table of notebooks and labs, between the table markers.
 
 All links come from ``[tool.lessons]`` in pyproject.toml. Usage:
@@ -159,6 +160,12 @@ def with_generated_cells(notebook: nbformat.NotebookNode, path: Path) -> nbforma
             break
     else:
         raise ValueError(f"{path.name}: no code cell tagged {SETUP_TAG!r}")
+    for cell in cells:
+        if cell.cell_type == "code" and source(cell).startswith("utils.quiz("):
+            # The quiz's source names its answer: collapse it in JupyterLab and Colab,
+            # so a learner sees the question and the buttons, not the answer key.
+            cell.metadata.setdefault("jupyter", {})["source_hidden"] = True
+            cell.metadata["cellView"] = "form"
     notebook.cells = [header, *cells, footer]
     return notebook
 
