@@ -225,3 +225,10 @@ def test_feedback_is_truthy_only_when_passed(status):
     feedback = checks.Feedback("Exercise 9", status, "message")
     assert bool(feedback) == (status == checks.PASSED)
     assert str(feedback).endswith("Exercise 9: message")
+
+
+def test_pytorchs_own_not_implemented_error_is_a_failure_not_an_unattempted_exercise():
+    def prepare(batch, device):
+        return torch.empty(2, device="meta").to("cpu")  # "Cannot copy out of meta tensor"
+
+    _status(checks.check_prepare(prepare, OTHER), checks.FAILED, "Cannot copy out of meta tensor")

@@ -50,17 +50,35 @@ def not_attempted(exercise: str) -> Feedback:
                     "run that cell, then run this one again.")
 
 
+def is_stub(error: BaseException) -> bool:
+    """True for the stub's bare ``NotImplementedError()``.
+
+    PyTorch raises NotImplementedError too, with a message (meta's "Cannot copy out
+    of meta tensor"); that is a real error in the learner's code, not an exercise left
+    undone.
+    """
+    return type(error) is NotImplementedError and not str(error)
+
+
+def not_a_function(exercise: str, function: object) -> Feedback | None:
+    """A failed Feedback when ``function`` is not the learner's function, else None."""
+    if callable(function) and not isinstance(function, torch.nn.Module):
+        return None
+    return Feedback(exercise, FAILED,
+                    f"expected the function you wrote, got {type(function).__name__}. "
+                    "Pass the function itself, without calling it.")
+
+
 def attempt(exercise: str, function: Callable, *args):
     """Call the learner's function; return (result, None) or (None, Feedback) if it did not run."""
-    if not callable(function):
-        return None, Feedback(exercise, FAILED,
-                              f"expected the function you wrote, got {type(function).__name__}. "
-                              "Pass the function itself, without calling it.")
+    problem = not_a_function(exercise, function)
+    if problem is not None:
+        return None, problem
     try:
         return function(*args), None
-    except NotImplementedError:
-        return None, not_attempted(exercise)
     except Exception as error:  # the learner's code raised: report it, do not crash the lab
+        if is_stub(error):
+            return None, not_attempted(exercise)
         return None, Feedback(exercise, FAILED,
                               f"your function raised {type(error).__name__}: {error}")
 

@@ -20,7 +20,15 @@ import numpy as np
 import torch
 from torch import nn
 
-from utils.checks.feedback import FAILED, PASSED, Feedback, device_name, not_attempted
+from utils.checks.feedback import (
+    FAILED,
+    PASSED,
+    Feedback,
+    device_name,
+    is_stub,
+    not_a_function,
+    not_attempted,
+)
 from utils.placement import IN_DICT, IN_LIST, TENSOR_ATTRIBUTE, audit
 
 #: The class weights of the lab's loss (class 1 is rarer, so it counts twice).
@@ -45,11 +53,9 @@ def _call(function: Callable, *args):
     """
     try:
         return function(*args), None
-    except NotImplementedError as error:
-        if not str(error):
+    except Exception as error:
+        if is_stub(error):
             raise _NotAttempted() from None
-        return None, error
-    except Exception as error:  # the learner's code raised: diagnose it, do not crash the lab
         return None, error
 
 
@@ -118,14 +124,6 @@ def _batch(size: int = 6) -> tuple[torch.Tensor, torch.Tensor]:
     return inputs, torch.arange(size) % 3
 
 
-def _not_callable(exercise: str, function: object) -> Feedback | None:
-    if callable(function) and not isinstance(function, nn.Module):
-        return None
-    return Feedback(exercise, FAILED, f"expected the function you wrote, got "
-                                      f"{type(function).__name__}. Pass the function itself, "
-                                      "without calling it.")
-
-
 # --------------------------------------------------------------------------- exercise 1
 
 
@@ -173,7 +171,7 @@ def check_device_agnostic_model(build_model: Callable[[], nn.Module],
     Introduced in lab 04_cross_device_errors.
     """
     exercise = "Exercise 1"
-    problem = _not_callable(exercise, build_model)
+    problem = not_a_function(exercise, build_model)
     if problem is not None:
         return problem
     try:
@@ -243,7 +241,7 @@ def check_training_setup(build_training: Callable, device: torch.device | str,
     Introduced in lab 04_cross_device_errors.
     """
     exercise = "Exercise 2"
-    problem = _not_callable(exercise, build_training)
+    problem = not_a_function(exercise, build_training)
     if problem is not None:
         return problem
     devices = _devices(device, other)
@@ -332,7 +330,7 @@ def check_train_step(train_step: Callable, device: torch.device | str,
     Introduced in lab 04_cross_device_errors.
     """
     exercise = "Exercise 3"
-    problem = _not_callable(exercise, train_step)
+    problem = not_a_function(exercise, train_step)
     if problem is not None:
         return problem
     devices = _devices(device, other)
@@ -402,7 +400,7 @@ def check_predict(predict: Callable, device: torch.device | str,
     Introduced in lab 04_cross_device_errors.
     """
     exercise = "Exercise 4"
-    problem = _not_callable(exercise, predict)
+    problem = not_a_function(exercise, predict)
     if problem is not None:
         return problem
     devices = _devices(device, other)

@@ -20,7 +20,15 @@ import torch
 from torch import nn
 
 from utils.checkpoints import add_prefix, save_as_if_on
-from utils.checks.feedback import FAILED, PASSED, Feedback, device_name, not_attempted
+from utils.checks.feedback import (
+    FAILED,
+    PASSED,
+    Feedback,
+    device_name,
+    is_stub,
+    not_a_function,
+    not_attempted,
+)
 
 #: Notes left by unpickling a :class:`LeavesAMarker`: proof that a loader ran pickled code.
 MARKERS: list[str] = []
@@ -89,14 +97,14 @@ def _recorded_loads():
 
 def _run(function: Callable, *args):
     """Call the learner's function: (result, error), or raise NotImplementedError through."""
-    if not callable(function):
-        raise TypeError(f"expected the function you wrote, got {type(function).__name__}. "
-                        "Pass the function itself, without calling it.")
+    problem = not_a_function("", function)
+    if problem is not None:
+        raise TypeError(problem.message)
     try:
         return function(*args), None
-    except NotImplementedError:
-        raise
     except Exception as error:  # the learner's code raised: diagnose it, do not crash the lab
+        if is_stub(error):
+            raise
         return None, error
 
 
