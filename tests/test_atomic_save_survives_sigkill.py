@@ -4,7 +4,16 @@ A forked child saves generation 1, 2, 3, ... over the same file, reporting each 
 save on a pipe. The parent kills it after a random delay, then checks that the file
 under the final name loads, is internally consistent, and is either the last generation
 the child reported (the old file) or the one after it (the new file, renamed just before
-the kill). Repeated KILLS times with fresh children.
+the kill).
+
+How many kills: the property must hold at *every* moment, so the test only counts as
+evidence once enough kills have landed while a temporary file was being written. How
+often a random kill lands there depends on the machine's load (alone: 19-40 of 60; with
+notebooks running beside it: as few as 11). So the test keeps killing fresh children
+until it has seen at least MIN_KILLS kills in all and MIN_MID_WRITE of them mid-write,
+and fails only if a bound no working machine reaches (MAX_KILLS kills or MAX_SECONDS)
+comes first: then the kills are not reaching the save at all, which is a defect of the
+test set-up worth hearing about.
 """
 
 from __future__ import annotations
@@ -21,7 +30,10 @@ import torch
 
 import utils
 
-KILLS = 60
+MIN_KILLS = 60
+MIN_MID_WRITE = 12
+MAX_KILLS = 3000
+MAX_SECONDS = 300.0
 ELEMENTS = 64 * 1024  # 256 KiB of float32 per checkpoint: big enough to be caught mid-write
 
 
@@ -68,8 +80,13 @@ def test_sigkill_during_save_atomic_leaves_the_old_or_the_new_checkpoint(tmp_pat
     one_save = (time.monotonic() - started) / 3
     last = 2
     random_delays = random.Random(0)
-    caught_mid_write = 0
-    for _ in range(KILLS):
+    caught_mid_write = kills = 0
+    while kills < MIN_KILLS or caught_mid_write < MIN_MID_WRITE:
+        assert kills < MAX_KILLS and time.monotonic() - started < MAX_SECONDS, (
+            f"{kills} kills in {time.monotonic() - started:.0f} s, only {caught_mid_write} "
+            f"during a save (wanted {MIN_MID_WRITE}): the kills are not reaching save_atomic"
+        )
+        kills += 1
         upcoming = [_checkpoint(last + step) for step in range(1, 6)]
         read_end, write_end = os.pipe()
         sys.stdout.flush()
@@ -94,6 +111,5 @@ def test_sigkill_during_save_atomic_leaves_the_old_or_the_new_checkpoint(tmp_pat
         assert generation in (old, old + 1), f"found generation {generation}, expected {old}"
         assert torch.equal(loaded["weights"], torch.full((ELEMENTS,), float(generation)))
         last = generation
-    print(f"{KILLS} kills, {caught_mid_write} while a temporary file was being written, "
+    print(f"{kills} kills, {caught_mid_write} while a temporary file was being written, "
           f"last generation {last}, {time.monotonic() - started:.1f} s")
-    assert caught_mid_write >= KILLS // 5, "the kills should often land during a save"
