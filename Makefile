@@ -24,10 +24,10 @@ WORK ?= my-work
 .PHONY: workspace fresh
 
 workspace:  ## Create or update my-work/ without starting JupyterLab; say which copies are out of date
-	$(PYTHON) tools/workspace.py --folder "$(WORK)"
+	@$(PYTHON) tools/workspace.py --folder "$(WORK)"
 
 fresh:  ## A fresh copy of one notebook or lab, keeping yours: make fresh COPY=labs/02_copy_pitfall.ipynb
-	$(PYTHON) tools/workspace.py --folder "$(WORK)" --fresh "$(COPY)"
+	@$(PYTHON) tools/workspace.py --folder "$(WORK)" --fresh "$(COPY)"
 
 test: $(STAMP) $(STAMP7)  ## Run the whole test suite (unit tests, notebooks, browser, widgets on 7)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

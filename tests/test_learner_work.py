@@ -94,19 +94,21 @@ def test_a_newer_lab_upstream_is_reported_and_the_copy_is_untouched(course):
     workspace.update(course)
     answered = write_answer(course / "my-work" / LAB)
     change_a_markdown_cell(course / LAB, "\nA clearer sentence.")
-    (line,) = workspace.update(course)
-    assert line.startswith(f"Newer version in the course: {LAB} (you have edited yours;")
-    assert line.endswith(f"make fresh COPY={LAB}")
+    lines = workspace.update(course)
+    assert lines == [
+        "The course has a newer version of 1 of your copies in my-work/ (they are untouched):",
+        f"  {LAB}  (edited by you)",
+        "For the new version of one, keeping yours with today's date in its name: "
+        f"make fresh COPY={LAB}",
+    ]
     assert (course / "my-work" / LAB).read_bytes() == answered
-    (again,) = workspace.update(course)  # said every time until the learner acts on it
-    assert again == line
+    assert workspace.update(course) == lines  # said every time until the learner acts on it
 
 
 def test_a_newer_version_of_an_unedited_copy_says_so(course):
     workspace.update(course)
     change_a_markdown_cell(course / LESSON, "\nA clearer sentence.")
-    (line,) = workspace.update(course)
-    assert f"{LESSON} (you have not edited yours;" in line
+    assert f"  {LESSON}  (not edited by you)" in workspace.update(course)
 
 
 def test_a_course_rerun_that_changes_only_outputs_is_not_a_newer_version(course):
@@ -182,7 +184,7 @@ def test_git_pull_of_an_updated_course_keeps_the_learners_answers(course, tmp_pa
     assert (clone / "my-work" / LAB).read_bytes() == answered  # and the answers are intact
 
     report = subprocess.run(tool, cwd=clone, check=True, capture_output=True, text=True).stdout
-    assert f"Newer version in the course: {LAB} (you have edited yours;" in report
+    assert f"  {LAB}  (edited by you)\n" in report
     assert (clone / "my-work" / LAB).read_bytes() == answered
 
 

@@ -159,13 +159,14 @@ def update(root: Path = ROOT, folder: str = FOLDER) -> list[str]:
     for name in adopted:
         lines.append(f"Found {folder}/{name} (not copied by this tool): kept as it is; you will "
                      f"be told when the course changes {name}.")
-    for name in newer:
-        edited = fingerprint(work / name) != copies[name]["source"]
-        yours = "you have edited yours" if edited else "you have not edited yours"
-        lines.append(
-            f"Newer version in the course: {name} ({yours}; it is untouched). For the new one, "
-            f"keeping yours with today's date in its name: make fresh COPY={name}"
-        )
+    if newer:
+        lines.append(f"The course has a newer version of {len(newer)} of your copies in "
+                     f"{folder}/ (they are untouched):")
+        for name in newer:
+            edited = fingerprint(work / name) != copies[name]["source"]
+            lines.append(f"  {name}  ({'edited by you' if edited else 'not edited by you'})")
+        lines.append(f"For the new version of one, keeping yours with today's date in its name: "
+                     f"make fresh COPY={newer[0]}")
     if not (added or newer or adopted or first_time):
         lines.append(f"Your copies in {folder}/ are up to date with the course.")
     return lines
