@@ -15,9 +15,19 @@ PINS7  := $(shell grep -oE '^(torch|numpy|matplotlib|pytest)==[^ ]+' requirement
 
 .PHONY: lab test test-ipywidgets7 install nav labs run-notebooks measure clean
 
-lab: $(STAMP)  ## Start JupyterLab on the notebooks
+lab: $(STAMP) workspace  ## Copy what is new into my-work/ (never over your copies), start JupyterLab there
 	$(BIN)/jupyter lab --ServerApp.root_dir="$(CURDIR)" --port=$(PORT) \
-		--LabApp.default_url=/lab/tree/notebooks $(ROOT_FLAG) $(LAB_ARGS)
+		--LabApp.default_url=/lab/tree/$(WORK) $(ROOT_FLAG) $(LAB_ARGS)
+
+# The learner's own folder (git-ignored): copies of the notebooks and labs, never overwritten.
+WORK ?= my-work
+.PHONY: workspace fresh
+
+workspace:  ## Create or update my-work/ without starting JupyterLab; say which copies are out of date
+	@$(PYTHON) tools/workspace.py --folder "$(WORK)"
+
+fresh:  ## A fresh copy of one notebook or lab, keeping yours: make fresh COPY=labs/02_copy_pitfall.ipynb
+	@$(PYTHON) tools/workspace.py --folder "$(WORK)" --fresh "$(COPY)"
 
 test: $(STAMP) $(STAMP7)  ## Run the whole test suite (unit tests, notebooks, browser, widgets on 7)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

@@ -73,3 +73,17 @@ def test_quiz_cells_are_collapsed_so_the_answer_key_is_not_shown():
     for cell in quizzes:
         assert cell.metadata["jupyter"]["source_hidden"] is True
         assert cell.metadata["cellView"] == "form"
+
+
+def test_every_lab_says_how_to_keep_your_work_on_colab_and_binder():
+    import nbformat
+
+    labs = lessons.student_labs() + lessons.solution_labs()
+    assert labs
+    line = build_nav.keep_your_work()
+    assert "Save a copy in Drive" in line and "Download" in line and "my-work/" in line
+    for path in labs:
+        header = nbformat.read(path, as_version=4).cells[0]
+        assert build_nav.HEADER_TAG in header.metadata["tags"], path.name
+        assert header.source.endswith(f"\n\n{line}"), f"{path.name}: run `make nav`"
+

@@ -13,12 +13,21 @@ report "not attempted yet" until the learner writes code. Usage:
 
     python tools/build_labs.py            # regenerate and re-run every lab
     python tools/build_labs.py --check    # exit 1 if a student lab is stale
+    python tools/build_labs.py --force    # overwrite student labs that hold changes (backed up)
+
+A student lab whose cells differ both from what the generator would write now and from
+what it wrote last time (recorded in the lab's metadata) holds someone's work, a learner's
+answers for example: it is not overwritten unless ``--force`` is given, and then a copy is
+kept in my-work/labs/ first. Outputs do not count: running a lab changes nothing here.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import re
+import shutil
 import sys
 from pathlib import Path
 
@@ -28,7 +37,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import build_nav  # noqa: E402
 import lessons  # noqa: E402
 import run_notebooks  # noqa: E402
+import workspace  # noqa: E402
 
+FINGERPRINT_KEY = "generated_cells_sha256"  # in each student lab's metadata.lessons
 SOLUTION_REGION = re.compile(
     r"^(?P<indent>[ \t]*)### BEGIN SOLUTION[ \t]*\n.*?^[ \t]*### END SOLUTION[ \t]*$",
     re.MULTILINE | re.DOTALL,
@@ -65,6 +76,61 @@ def _sources(notebook: nbformat.NotebookNode) -> list[tuple[str, str]]:
             if not generated & set(c.metadata.get("tags", []))]
 
 
+def cells_fingerprint(notebook: nbformat.NotebookNode) -> str:
+    """Return the sha256 of what a learner can change: each cell's type and source.
+
+    Generated cells (navigation, the Colab preamble of the setup cell), outputs and
+    metadata are left out, so regenerating navigation or running the lab changes nothing.
+    """
+    generated = {build_nav.HEADER_TAG, build_nav.FOOTER_TAG}
+    cells = []
+    for cell in notebook.cells:
+        cell_tags = set(cell.metadata.get("tags", []))
+        if generated & cell_tags:
+            continue
+        text = build_nav.without_preamble(cell.source) if build_nav.SETUP_TAG in cell_tags \
+            else cell.source
+        cells.append([cell.cell_type, text])
+    return hashlib.sha256(json.dumps(cells).encode()).hexdigest()
+
+
+def unsaved_work(student_path: Path, expected: nbformat.NotebookNode) -> str | None:
+    """Return what overwriting ``student_path`` with ``expected`` would lose, or None.
+
+    None when the lab is missing, or its cells are what the generator writes now or wrote
+    last time (``metadata.lessons.generated_cells_sha256``); otherwise a sentence naming
+    the first cell that is someone's work.
+    """
+    if not student_path.exists():
+        return None
+    try:
+        current = nbformat.read(student_path, as_version=4)
+    except Exception as error:  # a hand-damaged file is still someone's work
+        return f"it cannot be read as a notebook ({type(error).__name__})"
+    fingerprint = cells_fingerprint(current)
+    recorded = current.metadata.get("lessons", {}).get(FINGERPRINT_KEY)
+    if fingerprint in (cells_fingerprint(expected), recorded):
+        return None
+    generated = {(c.cell_type, c.source) for c in expected.cells}
+    changed = [c for c in current.cells if (c.cell_type, c.source) not in generated
+               and build_nav.HEADER_TAG not in c.metadata.get("tags", [])
+               and build_nav.FOOTER_TAG not in c.metadata.get("tags", [])]
+    if not changed:
+        return "cells were deleted or moved since it was generated"
+    first_line = next((line for line in changed[0].source.splitlines() if line.strip()), "")
+    return (f"{len(changed)} cell(s) differ from the generated lab, the first starting "
+            f"{first_line.strip()!r}")
+
+
+def backup(student_path: Path) -> Path:
+    """Copy ``student_path`` to my-work/labs/NN_topic-backup-DATE.ipynb; return the copy."""
+    folder = lessons.ROOT / workspace.FOLDER / "labs"
+    folder.mkdir(parents=True, exist_ok=True)
+    kept = workspace.dated_name(folder / f"{student_path.stem}-backup{student_path.suffix}")
+    shutil.copy2(student_path, kept)
+    return kept
+
+
 def stale_labs() -> list[Path]:
     """Return the student labs whose cells differ from what their solution generates."""
     stale = []
@@ -84,6 +150,7 @@ def build(solution_path: Path) -> None:
     solution_path.write_text(build_nav.serialize(solution), encoding="utf-8")
     student_path = lessons.LABS / solution_path.name
     student = build_nav.with_generated_cells(student_version(solution), student_path)
+    student.metadata.setdefault("lessons", {})[FINGERPRINT_KEY] = cells_fingerprint(student)
     student_path.write_text(build_nav.serialize(student), encoding="utf-8")
     student = run_notebooks.execute(student_path)
     student_path.write_text(build_nav.serialize(student), encoding="utf-8")
@@ -92,12 +159,32 @@ def build(solution_path: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="only report stale student labs")
+    parser.add_argument("--force", action="store_true",
+                        help="overwrite student labs that hold changes, keeping a copy of each "
+                             "in my-work/labs/ first")
     args = parser.parse_args(argv)
     if args.check:
         stale = stale_labs()
         for path in stale:
             print(f"out of date: {path.relative_to(lessons.ROOT)} (run: make labs)")
         return 1 if stale else 0
+    at_risk = []
+    for solution_path in lessons.solution_labs():
+        student_path = lessons.LABS / solution_path.name
+        expected = student_version(nbformat.read(solution_path, as_version=4))
+        reason = unsaved_work(student_path, expected)
+        if reason:
+            at_risk.append((student_path, reason))
+    if at_risk and not args.force:
+        for path, reason in at_risk:
+            print(f"not overwritten: {path.relative_to(lessons.ROOT)}: {reason}.")
+        print("Nothing was changed. Learners' answers belong in my-work/ (`make lab` copies the "
+              "labs there). To regenerate anyway, keeping a copy of each lab above in "
+              "my-work/labs/: python tools/build_labs.py --force")
+        return 1
+    for path, _ in at_risk:
+        kept = backup(path)
+        print(f"kept: {path.relative_to(lessons.ROOT)} as {kept.relative_to(lessons.ROOT)}")
     build_nav.main([])  # badges and navigation first, so both versions carry them
     for solution_path in lessons.solution_labs():
         build(solution_path)

@@ -106,6 +106,16 @@ def navigation(path: Path) -> str:
     return " | ".join(parts)
 
 
+def keep_your_work() -> str:
+    """The one line at the top of every lab on how not to lose your answers, by platform."""
+    return (
+        "**Keep your work.** Colab: *File → Save a copy in Drive* before you start. "
+        "Binder: the session is temporary, so *File → Download* this notebook before you "
+        "close the tab. Your own machine: work in your copy in `my-work/labs/` "
+        "(`make lab` makes it)."
+    )
+
+
 def colab_preamble() -> str:
     """The first paragraph of every setup cell: install utils on Colab, nothing elsewhere."""
     cfg = lessons.config()
@@ -120,6 +130,13 @@ def colab_preamble() -> str:
         '    pip = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", helpers]\n'
         "    subprocess.run(pip, check=True)"
     )
+
+
+def without_preamble(setup_source: str) -> str:
+    """A setup cell's source without the generated Colab preamble (its first paragraph)."""
+    if setup_source.startswith("import sys\n") and "\n\n\n" in setup_source:
+        return setup_source.split("\n\n\n", 1)[1].lstrip()
+    return setup_source.lstrip()
 
 
 def read(path: Path) -> nbformat.NotebookNode:
@@ -150,13 +167,14 @@ def with_generated_cells(notebook: nbformat.NotebookNode, path: Path) -> nbforma
     notebook = nbformat.from_dict(notebook)
     cells = [c for c in notebook.cells if not ({HEADER_TAG, FOOTER_TAG} & set(tags(c)))]
     nav = navigation(path)
-    header = _markdown(f"{badges(path)}\n\n{nav}", HEADER_TAG)
+    top = f"{badges(path)}\n\n{nav}"
+    if path.parent in (lessons.LABS, lessons.SOLUTIONS):
+        top += f"\n\n{keep_your_work()}"
+    header = _markdown(top, HEADER_TAG)
     footer = _markdown(f"---\n{nav}", FOOTER_TAG)
     for cell in cells:
         if SETUP_TAG in tags(cell):
-            body = source(cell)
-            rest = body.split("\n\n\n", 1)[1] if body.startswith("import sys\n") else body
-            cell["source"] = f"{colab_preamble()}\n\n\n{rest.lstrip()}"
+            cell["source"] = f"{colab_preamble()}\n\n\n{without_preamble(source(cell))}"
             break
     else:
         raise ValueError(f"{path.name}: no code cell tagged {SETUP_TAG!r}")

@@ -1,0 +1,214 @@
+"""The learner's own folder: copies of the notebooks and labs that no update can touch.
+
+``make lab`` runs this before it starts JupyterLab (``make workspace`` runs it alone).
+It keeps ``my-work/`` (git-ignored) in the repository's root:
+
+- the first time, it copies every lesson notebook to ``my-work/notebooks/`` and every
+  student lab to ``my-work/labs/`` (the same layout as the repository, so the links
+  between a lab and its lesson keep working);
+- every later time, it copies only what is new in the collection, never a file that is
+  already there, and says which of the learner's copies has a newer version upstream;
+- ``--fresh labs/02_copy_pitfall.ipynb`` replaces one copy with the current version and
+  keeps the learner's as ``labs/02_copy_pitfall-2026-11-30.ipynb`` (today's date).
+
+What each copy was copied from is recorded in ``my-work/.workspace.json`` (hidden in
+JupyterLab's file browser): the fingerprint of the source's cells at copy time. A copy has
+a newer version upstream when the source's fingerprint has changed since. Because
+``my-work/`` is ignored by git, ``git pull`` (and nbgitpuller on a hub) updates the
+collection without ever meeting the learner's edits. Only the standard library is used.
+
+Usage:
+
+    python tools/workspace.py                                # create or update my-work/
+    python tools/workspace.py --fresh labs/02_copy_pitfall.ipynb
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import hashlib
+import json
+import re
+import shutil
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+FOLDER = "my-work"
+RECORD = ".workspace.json"
+# What is copied: the numbered lesson notebooks and student labs (not labs/solutions/).
+COPIED_FOLDERS = ("notebooks", "labs")
+NUMBERED = re.compile(r"^\d\d_[a-z0-9_]+\.ipynb$")
+README = """\
+# My work
+
+This folder is yours. It holds your own copies of the course's notebooks (`notebooks/`) and
+labs (`labs/`): answer the exercises and take notes here. It is ignored by git, so updating
+the course (`git pull`), rebuilding the labs (`make labs`) or running `make lab` again never
+changes a file in it.
+
+- The course's contents: [README](../README.md#the-notebooks).
+- `make lab` copies notebooks and labs that are new in the course into this folder, and tells
+  you which of your copies has a newer version, without touching them.
+- For a fresh copy of one, run `make fresh COPY=labs/02_copy_pitfall.ipynb` in a terminal:
+  yours is kept next to it, with today's date in its name.
+"""
+
+
+def fingerprint(path: Path) -> str:
+    """Return the sha256 of a notebook's cells (type and source), ignoring outputs.
+
+    Running a notebook changes its outputs, not what it teaches or what you typed, so
+    outputs, execution counts and metadata are left out. Introduced for ``make lab``.
+    """
+    try:
+        cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+        view = [[c["cell_type"], "".join(c["source"]) if isinstance(c["source"], list)
+                 else c["source"]] for c in cells]
+    except (ValueError, KeyError, TypeError):
+        view = path.read_text(encoding="utf-8", errors="replace")  # not a notebook: all of it
+    return hashlib.sha256(json.dumps(view).encode()).hexdigest()
+
+
+def sources(root: Path) -> list[str]:
+    """Return the paths (relative to ``root``, posix) of everything a working folder copies."""
+    found = []
+    for folder in COPIED_FOLDERS:
+        found += sorted(f"{folder}/{p.name}" for p in (root / folder).glob("*.ipynb")
+                        if NUMBERED.match(p.name))
+    return found
+
+
+def _read_record(work: Path) -> dict:
+    path = work / RECORD
+    if not path.exists():
+        return {}
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))["copies"]
+    except (ValueError, KeyError) as error:
+        raise SystemExit(
+            f"{path} is not a record this tool wrote ({error}). Your copies are untouched; "
+            f"delete {path} and run `make lab` again to start a new record."
+        ) from None
+
+
+def _write_record(work: Path, copies: dict) -> None:
+    record = {
+        "about": "Written by tools/workspace.py: the fingerprint of each copy's source when it "
+                 "was copied, to tell you when the course has a newer version. Do not edit.",
+        "copies": dict(sorted(copies.items())),
+    }
+    (work / RECORD).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+
+
+def _copy(root: Path, work: Path, name: str, copies: dict) -> None:
+    target = work / name
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(root / name, target)
+    copies[name] = {"source": fingerprint(root / name),
+                    "copied": datetime.date.today().isoformat()}
+
+
+def dated_name(path: Path, today: datetime.date | None = None) -> Path:
+    """Return a free path next to ``path`` with today's date in its name.
+
+    ``labs/02_copy_pitfall.ipynb`` -> ``labs/02_copy_pitfall-2026-11-30.ipynb``, then
+    ``...-2026-11-30-2.ipynb`` if that is taken. Used for a learner's kept copies.
+    """
+    stamp = (today or datetime.date.today()).isoformat()
+    candidate = path.with_name(f"{path.stem}-{stamp}{path.suffix}")
+    number = 2
+    while candidate.exists():
+        candidate = path.with_name(f"{path.stem}-{stamp}-{number}{path.suffix}")
+        number += 1
+    return candidate
+
+
+def update(root: Path = ROOT, folder: str = FOLDER) -> list[str]:
+    """Create or update the working folder; return the lines to show the learner.
+
+    Copies what is missing (never overwriting a file that exists) and reports each copy
+    whose source has changed since it was copied. Introduced for ``make lab``.
+    """
+    work = root / folder
+    first_time = not work.exists()
+    work.mkdir(parents=True, exist_ok=True)
+    if not (work / "README.md").exists():
+        (work / "README.md").write_text(README, encoding="utf-8")
+    copies = _read_record(work)
+    added, newer, adopted = [], [], []
+    for name in sources(root):
+        if not (work / name).exists():
+            _copy(root, work, name, copies)
+            added.append(name)
+        elif name not in copies:
+            # A copy this tool has no record of: keep it, and watch the source from now on.
+            copies[name] = {"source": fingerprint(root / name), "copied": None}
+            adopted.append(name)
+        elif copies[name]["source"] != fingerprint(root / name):
+            newer.append(name)
+    _write_record(work, copies)
+
+    lines = []
+    if first_time:
+        lines.append(f"Created {folder}/ with your own copies of the notebooks and labs. Work "
+                     f"there: updates (git pull), `make labs` and `make lab` never change them.")
+    elif added:
+        lines.append(f"New in the course, copied into {folder}/: {', '.join(added)}")
+    for name in adopted:
+        lines.append(f"Found {folder}/{name} (not copied by this tool): kept as it is; you will "
+                     f"be told when the course changes {name}.")
+    if newer:
+        lines.append(f"The course has a newer version of {len(newer)} of your copies in "
+                     f"{folder}/ (they are untouched):")
+        for name in newer:
+            edited = fingerprint(work / name) != copies[name]["source"]
+            lines.append(f"  {name}  ({'edited by you' if edited else 'not edited by you'})")
+        lines.append(f"For the new version of one, keeping yours with today's date in its name: "
+                     f"make fresh COPY={newer[0]}")
+    if not (added or newer or adopted or first_time):
+        lines.append(f"Your copies in {folder}/ are up to date with the course.")
+    return lines
+
+
+def fresh(name: str, root: Path = ROOT, folder: str = FOLDER) -> list[str]:
+    """Replace one copy with the course's current version, keeping the learner's under a
+    dated name; return the lines to show. Introduced for ``make fresh``."""
+    work = root / folder
+    name = Path(name).as_posix().removeprefix("./").removeprefix(f"{folder}/")
+    available = sources(root)
+    if name not in available:
+        raise SystemExit(
+            f"No notebook or lab called {name!r} in the course. Name one of: "
+            f"{', '.join(available)} (for example: make fresh COPY={available[-1]})."
+        )
+    work.mkdir(parents=True, exist_ok=True)
+    copies = _read_record(work)
+    lines = []
+    if (work / name).exists():
+        kept = dated_name(work / name)
+        (work / name).rename(kept)
+        lines.append(f"Kept your copy as {kept.relative_to(root).as_posix()}")
+    _copy(root, work, name, copies)
+    _write_record(work, copies)
+    lines.append(f"{folder}/{name} is now the course's current version.")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--folder", default=FOLDER, help="working folder (default: my-work)")
+    parser.add_argument("--fresh", metavar="PATH",
+                        help="replace this copy (e.g. labs/02_copy_pitfall.ipynb) with the "
+                             "current version, keeping yours under a dated name")
+    args = parser.parse_args(argv)
+    if args.fresh is not None and not args.fresh.strip():
+        raise SystemExit("Say which copy: make fresh COPY=labs/02_copy_pitfall.ipynb")
+    lines = fresh(args.fresh, folder=args.folder) if args.fresh else update(folder=args.folder)
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
