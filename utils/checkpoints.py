@@ -325,18 +325,14 @@ def inspect_checkpoint(path: str | os.PathLike) -> CheckpointInfo:
                 f"pickle operations the safe loader refuses. (PyTorch said: {_first(message)})"
             ) from None
         found = found or ["a blocked module"]
-        info = _info_from_opcodes(path, fmt, found)
-        seen = ("" if info is None else
-                f" Read from its opcodes without running them: {len(info.entries)} "
-                f"tensor(s), saved location tag(s): {', '.join(sorted(info.locations)) or 'none'}"
-                " (the error's .info lists them).")
         raise UnsafeCheckpointError(
             f"{name!r} was refused: its pickle asks for {', '.join(found)}, which "
-            f"weights_only=True will not run. Nothing in it was executed.{seen} If you made "
-            "this file yourself, save a state_dict instead; if you trust the objects, "
-            "allowlist them with torch.serialization.safe_globals([...]). weights_only=False "
-            "runs any code in the file: only for files you trust.",
-            needs=found, info=info,
+            "weights_only=True will not run. Nothing in it was executed. If you made this "
+            "file yourself, save a state_dict instead; if you trust the objects, allowlist "
+            "them with torch.serialization.safe_globals([...]). weights_only=False runs "
+            "any code in the file: only for files you trust.",
+            # what it holds and where it was saved, read from its opcodes (nothing run)
+            needs=found, info=_info_from_opcodes(path, fmt, found),
         ) from None
     except RuntimeError as error:
         if "TorchScript" in str(error):
