@@ -333,6 +333,16 @@ def test_reading_the_opcodes_of_a_hostile_file_runs_nothing(folder, payload):
     assert [e.key for e in error.info.entries] == ["weight"]
 
 
+@pytest.mark.parametrize("protocol", [2, 3, 4, 5])
+def test_the_opcode_reader_follows_every_pickle_protocol(folder, protocol):
+    from utils import pickle_scan
+    model = nn.Linear(3, 2)
+    torch.save({"model": model}, "whole.pt", pickle_protocol=protocol)
+    found = pickle_scan.scan("whole.pt", "zip")
+    assert [(f.key, f.shape, f.dtype, f.location) for f in found] == [
+        ("model/weight", (2, 3), torch.float32, "cpu"), ("model/bias", (2,), torch.float32, "cpu")]
+
+
 def test_opcodes_that_cannot_be_followed_still_refuse_with_no_info(folder):
     torch.save({"w": torch.ones(1)}, "crafted.pt")
     with zipfile.ZipFile("crafted.pt") as archive:
