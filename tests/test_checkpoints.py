@@ -262,6 +262,102 @@ def test_a_whole_pickled_module_is_refused_with_its_class_named(folder):
         utils.inspect_checkpoint("whole.pt")
 
 
+def _refused(path) -> utils.UnsafeCheckpointError:
+    with pytest.raises(utils.UnsafeCheckpointError) as caught:
+        utils.inspect_checkpoint(path)
+    return caught.value
+
+
+def test_a_refused_whole_model_still_shows_its_tensors_and_tags_from_the_opcodes(folder):
+    model = nn.Sequential(nn.Linear(3, 2), nn.BatchNorm1d(2))
+    torch.save(model, "whole.pt")
+    error = _refused("whole.pt")
+    assert error.needs == ["torch.nn.modules.batchnorm.BatchNorm1d",
+                           "torch.nn.modules.container.Sequential",
+                           "torch.nn.modules.linear.Linear"]
+    rows = [(e.key, e.shape, e.dtype, e.location) for e in error.info.entries]
+    assert rows == [(key, tuple(t.shape), t.dtype, "cpu") for key, t in
+                    ((k.replace(".", "/"), t) for k, t in model.state_dict().items())]
+    assert "7 tensor(s) in 72 bytes of storage, saved location tag(s): cpu" in str(error.info)
+    assert "it needs torch.nn.modules.batchnorm.BatchNorm1d" in error.info.summary()
+
+
+@pytest.mark.parametrize("tag", ["cuda:0", "cuda:1", "mps"])
+def test_a_refused_whole_model_saved_on_an_accelerator_shows_that_tag(folder, tag):
+    utils.save_as_if_on(nn.Linear(3, 2), "whole.pt", tag)
+    error = _refused("whole.pt")
+    assert error.info.locations == {tag}
+    assert f"saved location tag(s): {tag}" in str(error.info)
+
+
+@pytest.mark.parametrize("zip_format", [True, False], ids=["zip", "legacy"])
+def test_a_refused_lightning_style_checkpoint_lists_its_state_dict(folder, zip_format):
+    import argparse
+    model = nn.Linear(3, 2)
+    torch.save({"state_dict": model.state_dict(), "hyper_parameters": argparse.Namespace(lr=1),
+                "epoch": 3}, "lightning.ckpt", _use_new_zipfile_serialization=zip_format)
+    error = _refused("lightning.ckpt")
+    assert error.needs == ["argparse.Namespace"]
+    assert [(e.key, e.shape) for e in error.info.entries] == [
+        ("state_dict/weight", (2, 3)), ("state_dict/bias", (2,))]
+    assert error.info.storage_bytes == (6 + 2) * 4
+
+
+def test_a_refused_numpy_scalar_still_shows_the_tensors_around_it(folder):
+    np = pytest.importorskip("numpy")
+    torch.save({"weight": torch.ones(4, dtype=torch.float16), "best": np.float64(0.5)},
+               "with_numpy.pt")
+    error = _refused("with_numpy.pt")
+    assert any(name.startswith("numpy") for name in error.needs)
+    [entry] = error.info.entries
+    assert (entry.key, entry.shape, entry.dtype, entry.nbytes) == (
+        "weight", (4,), torch.float16, 8)
+
+
+def test_opcodes_show_views_shared_storages_and_meta_tensors(folder):
+    import argparse
+    base = torch.zeros(10)
+    torch.save(argparse.Namespace(a=base[:2], b=base[5:], m=torch.empty(3, device="meta")),
+               "views.pt")
+    entries = {e.key: e for e in _refused("views.pt").info.entries}
+    assert entries["a"].storage_bytes == 40 and not entries["a"].shared
+    assert entries["b"].shared and entries["b"].shape == (5,)
+    assert entries["m"].location.startswith("meta") and entries["m"].storage_bytes == 0
+
+
+@pytest.mark.parametrize("payload", HOSTILE, ids=HOSTILE_IDS)
+def test_reading_the_opcodes_of_a_hostile_file_runs_nothing(folder, payload):
+    torch.save({"weight": torch.ones(2), "surprise": payload}, "evil.pt")
+    error = _refused("evil.pt")
+    assert not os.path.exists(MARKER)
+    assert [e.key for e in error.info.entries] == ["weight"]
+
+
+@pytest.mark.parametrize("protocol", [2, 3, 4, 5])
+def test_the_opcode_reader_follows_every_pickle_protocol(folder, protocol):
+    from utils import pickle_scan
+    model = nn.Linear(3, 2)
+    torch.save({"model": model}, "whole.pt", pickle_protocol=protocol)
+    found = pickle_scan.scan("whole.pt", "zip")
+    assert [(f.key, f.shape, f.dtype, f.location) for f in found] == [
+        ("model/weight", (2, 3), torch.float32, "cpu"), ("model/bias", (2,), torch.float32, "cpu")]
+
+
+def test_opcodes_that_cannot_be_followed_still_refuse_with_no_info(folder):
+    torch.save({"w": torch.ones(1)}, "crafted.pt")
+    with zipfile.ZipFile("crafted.pt") as archive:
+        records = {name: archive.read(name) for name in archive.namelist()}
+    data_pkl = next(name for name in records if name.endswith("/data.pkl"))
+    records[data_pkl] = BUILTINS_GLOBAL_PICKLE[:-1]  # no STOP: truncated
+    with zipfile.ZipFile("crafted.pt", "w") as archive:
+        for name, data in records.items():
+            archive.writestr(name, data)
+    with pytest.raises(utils.CheckpointError) as caught:
+        utils.inspect_checkpoint("crafted.pt")
+    assert getattr(caught.value, "info", None) is None
+    assert not os.path.exists(MARKER)
+
+
 def test_cleaned_error_drops_ansi_escapes(folder):
     torch.save(CallsEval(), "evil.pt", _use_new_zipfile_serialization=False)
     with pytest.raises(pickle.UnpicklingError) as caught:

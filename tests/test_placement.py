@@ -151,6 +151,20 @@ def test_each_finding_names_the_path_says_why_and_gives_the_fix(name, fix):
     assert fix in message
 
 
+def test_fix_for_a_plain_tensor_attribute_makes_a_constant_a_buffer_not_a_parameter():
+    """Both fixes move with .to; only the Parameter (even frozen) reaches parameters()."""
+    message = {f.name: str(f) for f in utils.audit(Block(), "meta")}["scale"]
+    assert "a constant becomes a buffer" in message
+    assert "requires_grad=False" in message and "parameters()" in message
+    with_buffer, with_frozen = nn.Module(), nn.Module()
+    with_buffer.register_buffer("scale", torch.ones(3))
+    with_frozen.scale = nn.Parameter(torch.ones(3), requires_grad=False)
+    for module in (with_buffer, with_frozen):
+        assert module.to("meta").scale.is_meta  # both are moved by Module.to
+    assert list(with_buffer.parameters()) == []
+    assert [name for name, _ in with_frozen.named_parameters()] == ["scale"]
+
+
 def test_audit_of_a_fixed_model_has_no_findings():
     model = Block()
     del model.scale, model.stats, model.lookup, model.heads, model.experts

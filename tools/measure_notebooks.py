@@ -29,6 +29,10 @@ print(max(resource.getrusage(who).ru_maxrss for who in
           (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)) * _scale)
 """
 
+#: Kernel option: log only errors (not the start-up warning that the local kernel talks
+#: over TCP without encryption, printed once per notebook).
+KERNEL_QUIET = "--IPKernelApp.log_level=ERROR"
+
 TIME_LIMIT_S = 10.0
 MEMORY_LIMIT_MB = 1024.0
 
@@ -41,6 +45,9 @@ def measure(path: Path) -> tuple[float, float]:
     client = NotebookClient(
         notebook, timeout=300, kernel_name="python3",
         resources={"metadata": {"path": str(path.parent)}},
+        # The kernel logs a warning about its local TCP transport at start-up, once per
+        # notebook; keep the output to the table (its errors are still shown).
+        extra_arguments=[KERNEL_QUIET],
     )
     with client.setup_kernel():
         started = time.perf_counter()

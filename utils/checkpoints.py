@@ -29,6 +29,8 @@ from typing import Any
 import torch
 from torch.nn.modules.utils import consume_prefix_in_state_dict_if_present
 
+from utils import pickle_scan
+
 #: How every legacy (pre-1.6, ``_use_new_zipfile_serialization=False``) checkpoint starts:
 #: pickle protocol 2, then the long integer 0x1950a86a20f9469cfc6c (torch's magic number).
 LEGACY_MAGIC = b"\x80\x02\x8a\x0a" + (0x1950A86A20F9469CFC6C).to_bytes(10, "little")
@@ -45,7 +47,18 @@ class CheckpointError(ValueError):
 
 
 class UnsafeCheckpointError(CheckpointError):
-    """A checkpoint whose pickle asks for code that ``weights_only=True`` refuses to run."""
+    """A checkpoint whose pickle asks for code that ``weights_only=True`` refuses to run.
+
+    ``needs`` lists what it asks for (``module.name``); ``info`` is a
+    :class:`CheckpointInfo` of its tensors and location tags, read from the pickle's
+    opcodes without running anything (None when they could not be followed).
+    """
+
+    def __init__(self, message: str, needs: list[str] | None = None,
+                 info: CheckpointInfo | None = None) -> None:
+        super().__init__(message)
+        self.needs = needs or []
+        self.info = info
 
 
 @dataclass(frozen=True)
@@ -72,6 +85,9 @@ class CheckpointInfo:
     format: str  # "zip" (torch.save since 1.6) or "legacy"
     file_bytes: int
     entries: list[TensorEntry] = field(default_factory=list)
+    #: Set when weights_only=True refused the file: what its pickle asks for. The entries
+    #: were then read from the pickle's opcodes (utils.pickle_scan), nothing loaded or run.
+    needs: list[str] = field(default_factory=list)
 
     @property
     def locations(self) -> set[str]:
@@ -92,10 +108,12 @@ class CheckpointInfo:
     def summary(self) -> str:
         """One line: name, format, size, tensor count, storage bytes and location tags."""
         tags = ", ".join(sorted(self.locations)) or "none"
+        refused = (f" (refused by weights_only=True: it needs {', '.join(self.needs)}; "
+                   "read from its opcodes, nothing run)" if self.needs else "")
         return (
             f"{self.name}: {self.format} format, {_size(self.file_bytes)}, "
             f"{len(self.entries)} tensor(s) in {_size(self.storage_bytes)} of storage, "
-            f"saved location tag(s): {tags}"
+            f"saved location tag(s): {tags}{refused}"
         )
 
     def rows(self, limit: int = 40) -> list[tuple[str, str, str, str, str]]:
@@ -270,7 +288,10 @@ def inspect_checkpoint(path: str | os.PathLike) -> CheckpointInfo:
     inspects fine on a CPU-only machine). Legacy-format files cannot be mapped: their
     bytes are read. Raises FileNotFoundError / IsADirectoryError, CheckpointError (empty,
     truncated, not a checkpoint) and UnsafeCheckpointError (the pickle needs code to
-    load), each saying what was found. Introduced in 05_save_load_scenarios.
+    load), each saying what was found. A refused file is still not loaded, but the
+    error's ``.needs`` lists what it asks for and its ``.info`` lists its tensors and
+    location tags, read from the pickle's opcodes without running anything
+    (:mod:`utils.pickle_scan`). Introduced in 05_save_load_scenarios.
     """
     path = Path(path)
     fmt = _sniff(path)
@@ -309,7 +330,9 @@ def inspect_checkpoint(path: str | os.PathLike) -> CheckpointInfo:
             "weights_only=True will not run. Nothing in it was executed. If you made this "
             "file yourself, save a state_dict instead; if you trust the objects, allowlist "
             "them with torch.serialization.safe_globals([...]). weights_only=False runs "
-            "any code in the file: only for files you trust."
+            "any code in the file: only for files you trust.",
+            # what it holds and where it was saved, read from its opcodes (nothing run)
+            needs=found, info=_info_from_opcodes(path, fmt, found),
         ) from None
     except RuntimeError as error:
         if "TorchScript" in str(error):
@@ -345,6 +368,19 @@ def inspect_checkpoint(path: str | os.PathLike) -> CheckpointInfo:
         ))
     return CheckpointInfo(name=name, format=fmt, file_bytes=path.stat().st_size,
                           entries=entries)
+
+
+def _info_from_opcodes(path: Path, fmt: str, needs: list[str]) -> CheckpointInfo | None:
+    """The tensors and tags of a refused file, read from its pickle opcodes (nothing run)."""
+    try:
+        found = pickle_scan.scan(path, fmt)
+    except (pickle_scan.PickleScanError, OSError, zipfile.BadZipFile, StopIteration):
+        return None
+    entries = [TensorEntry(key=f.key, shape=f.shape, dtype=f.dtype, location=f.location,
+                           nbytes=f.nbytes, storage_bytes=f.storage_bytes, shared=f.shared)
+               for f in found]
+    return CheckpointInfo(name=path.name, format=fmt, file_bytes=path.stat().st_size,
+                          entries=entries, needs=list(needs))
 
 
 def _where(tensor: torch.Tensor, tags: dict[int, str],

@@ -271,8 +271,10 @@ def _fix(placement: Placement) -> str:
         return (f"do not keep a second reference to a buffer; read self.{placement.alias_of} "
                 f"(or a property that returns it) when you need it")
     if placement.kind == TENSOR_ATTRIBUTE:
-        return (f"register it in __init__: self.register_buffer({leaf!r}, tensor) "
-                f"(persistent=False keeps it out of state_dict), or make it an nn.Parameter")
+        return (f"a constant becomes a buffer: self.register_buffer({leaf!r}, tensor) in "
+                f"__init__ (persistent=False keeps it out of state_dict); only a tensor to "
+                f"train becomes an nn.Parameter (even with requires_grad=False, a Parameter "
+                f"is listed in parameters(), so an optimizer gets it)")
     if placement.kind in (IN_LIST, IN_TUPLE, IN_SET):
         return ("keep trainable tensors in nn.ParameterList; otherwise register each one "
                 "with register_buffer, or create it in forward with device=x.device")
