@@ -161,6 +161,10 @@ def explain(error: BaseException) -> str:
                 "consume_prefix_in_state_dict_if_present changes the dict in place and returns "
                 "None (like list.sort, unlike sorted): call it on its own line and keep using "
                 "the dict you gave it.")
+    if "_StorageBase.to() takes 1 positional argument" in text:
+        return (f"your code raised {said}: inside a map_location function you get a storage, "
+                "whose `.to` takes the device by keyword only: `storage.to(device=device)`. "
+                "Simpler: map_location=device.")
     if "RNG state must be a torch.ByteTensor" in text:
         return (f"your code raised {said}: torch.set_rng_state wants the CPU ByteTensor that "
                 "torch.get_rng_state gave you. Load the checkpoint with map_location='cpu' (or "
