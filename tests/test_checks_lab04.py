@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 from lab_checks import assert_feedback as _status
-from lab_checks import stub
+from lab_checks import assert_one_line, stub
 from torch import nn
 
 from utils import checks
@@ -54,6 +54,133 @@ def make_build_model(bug: str | None = None):
             return self.head(x)
 
     return lambda: Model()
+
+
+def model_class(init, noise):
+    """build_model for exercise 1 from an __init__ body and a noise function of x."""
+
+    class Model(nn.Module):
+        def __init__(self):
+            super().__init__()
+            init(self)
+            self.head = nn.Linear(16, 3)
+
+        def forward(self, x):
+            for block in self.blocks:
+                x = torch.relu(block(x)) * self.scale
+            if self.training:
+                x = noise(x)
+            return self.head(x)
+
+    return lambda: Model()
+
+
+def init_buffer(self):
+    self.blocks = nn.ModuleList([nn.Linear(4, 16), nn.Linear(16, 16)])
+    self.register_buffer("scale", torch.full((16,), 0.5))
+
+
+def init_float(self):
+    self.blocks = nn.ModuleList([nn.Linear(4, 16), nn.Linear(16, 16)])
+    self.scale = 0.5  # a Python number multiplies a tensor on any device
+
+
+def init_sequential(self):
+    self.blocks = nn.Sequential(nn.Linear(4, 16), nn.Linear(16, 16))
+    self.register_buffer("scale", torch.tensor(0.5), persistent=False)
+
+
+def init_frozen_parameter(self):
+    self.blocks = nn.ModuleList(nn.Linear(n, 16) for n in (4, 16))
+    self.scale = nn.Parameter(torch.full((16,), 0.5), requires_grad=False)
+
+
+def init_scale_changed(self):
+    init_buffer(self)
+    self.register_buffer("scale", torch.full((16,), 1.0))
+
+
+def init_outer_device(self):
+    init_buffer(self)
+
+
+RIGHT_MODELS = {
+    "buffer + randn_like": model_class(init_buffer, lambda x: x + 0.1 * torch.randn_like(x)),
+    "float scale + device=x.device": model_class(
+        init_float, lambda x: x + 0.1 * torch.randn(x.shape, device=x.device)),
+    "Sequential + randn_like times": model_class(
+        init_sequential, lambda x: x + torch.randn_like(x) * 0.1),
+    "frozen Parameter + add alpha": model_class(
+        init_frozen_parameter, lambda x: x.add(torch.randn_like(x), alpha=0.1)),
+    "buffer + normal(0, 0.1)": model_class(
+        init_buffer, lambda x: x + torch.normal(0.0, 0.1, x.shape, device=x.device)),
+    "buffer + randn(*shape, dtype, device)": model_class(
+        init_buffer, lambda x: x + 0.1 * torch.randn(*x.shape, dtype=x.dtype, device=x.device)),
+    "float + new_empty().normal_": model_class(
+        init_float, lambda x: x + x.new_empty(x.shape).normal_(0, 0.1)),
+}
+
+
+@pytest.mark.parametrize("build", RIGHT_MODELS.values(), ids=RIGHT_MODELS)
+def test_model_accepts_every_correct_style(build):
+    _status(checks.check_device_agnostic_model(build, DEVICE, OTHER), checks.PASSED)
+
+
+def build_with_outer_device():
+    class Model(nn.Module):
+        def __init__(self):
+            super().__init__()
+            init_buffer(self)
+            self.head = nn.Linear(16, 3)
+
+        def forward(self, x):
+            for block in self.blocks:
+                x = torch.relu(block(x)) * self.scale
+            if self.training:
+                x = x + 0.1 * torch.randn(x.shape, device=device)  # the notebook's `device`
+            return self.head(x)
+
+    return Model()
+
+
+device = DEVICE  # a notebook variable, as in the lab's setup cell
+
+WRONG_MODELS = {
+    "scale changed": (model_class(init_scale_changed, lambda x: x + 0.1 * torch.randn_like(x)),
+                      ["keep the scale of 0.5"]),
+    "noise doubled": (model_class(init_buffer, lambda x: x + 0.2 * torch.randn_like(x)),
+                      ["the noise changed", "0.1 * torch.randn_like(x)"]),
+    "uniform noise": (model_class(init_buffer, lambda x: x + 0.1 * torch.rand_like(x)),
+                      ["the noise changed"]),
+    "noise dropped": (model_class(init_buffer, lambda x: x), ["you removed the noise"]),
+    "outer device name": (build_with_outer_device, ["`device=device` reads the notebook's",
+                                                    "randn_like"]),
+    "noise without device": (model_class(init_buffer, lambda x: x + 0.1 * torch.randn(x.shape)),
+                             ["made inside forward without `device=`"]),
+    "wrong layers": (lambda: nn.Sequential(nn.Linear(4, 3)), ["keep the script's layers"]),
+}
+
+
+@pytest.mark.parametrize(("build", "phrases"), WRONG_MODELS.values(), ids=WRONG_MODELS)
+def test_model_names_the_misconception_of_each_wrong_answer(build, phrases):
+    assert_one_line(_status(checks.check_device_agnostic_model(build, DEVICE, OTHER),
+                            checks.FAILED, *phrases))
+
+
+def test_an_outer_device_name_is_not_blamed_on_a_missing_device_argument():
+    feedback = checks.check_device_agnostic_model(build_with_outer_device, DEVICE, OTHER)
+    assert "without `device=`" not in feedback.message
+
+
+def test_the_noise_check_leaves_the_learners_random_numbers_alone():
+    from utils.checks.lab04 import _what_changed
+
+    model = RIGHT_MODELS["buffer + randn_like"]()
+    torch.manual_seed(5)
+    expected = torch.rand(3)
+    torch.manual_seed(5)
+    assert _what_changed(model) == ""
+    assert torch.equal(torch.rand(3), expected)
 
 
 def test_model_passes_the_device_agnostic_solution():
