@@ -498,3 +498,169 @@ def test_meta_raises_where_the_checks_rely_on_it():
             operation()
     with pytest.raises(TypeError, match="can't convert meta device type tensor to numpy"):
         on_meta.numpy()
+
+
+# --- answer tables for exercises 2-4 ------------------------------------------------------
+
+
+def setup_in_place(model, device):
+    model.to(device)
+    loss_fn = nn.CrossEntropyLoss(weight=torch.tensor(WEIGHTS)).to(device)
+    return model, loss_fn, torch.optim.SGD(model.parameters(), lr=1.0)
+
+
+def setup_reassigned(model, device):
+    model = model.to(device)
+    loss_fn = nn.CrossEntropyLoss(weight=torch.tensor(WEIGHTS, device=device))
+    return model, loss_fn, torch.optim.SGD(model.parameters(), lr=1.0)
+
+
+def setup_keyword(model, device):
+    model.to(device=device)
+    weight = torch.tensor([1.0, 2.0, 1.0]).to(device)
+    return model, nn.CrossEntropyLoss(weight=weight), torch.optim.SGD(model.parameters(), lr=1.0)
+
+
+def setup_str_device(model, device):
+    model.to(str(device))
+    loss_fn = nn.CrossEntropyLoss(weight=torch.as_tensor(WEIGHTS, device=str(device)))
+    return model, loss_fn, torch.optim.SGD(model.parameters(), lr=1.0)
+
+
+def setup_torch_device(model, device):
+    device = torch.device(device)
+    model.to(device)
+    loss_fn = nn.CrossEntropyLoss(torch.tensor(WEIGHTS)).to(device)  # weight is positional
+    return model, loss_fn, torch.optim.SGD(model.parameters(), lr=1.0)
+
+
+def setup_loss_first(model, device):
+    loss_fn = nn.CrossEntropyLoss(weight=torch.tensor(WEIGHTS))
+    loss_fn.to(device)
+    model.to(device)
+    return model, loss_fn, torch.optim.SGD(model.parameters(), lr=1.0)
+
+
+RIGHT_SETUPS = {f.__name__: f for f in (setup_in_place, setup_reassigned, setup_keyword,
+                                        setup_str_device, setup_torch_device, setup_loss_first)}
+
+
+def setup_overrides_device(model, device):
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    model.to(device)
+    loss_fn = nn.CrossEntropyLoss(weight=torch.tensor(WEIGHTS)).to(device)
+    return model, loss_fn, torch.optim.SGD(model.parameters(), lr=1.0)
+
+
+def setup_weight_moved_not_kept(model, device):
+    model.to(device)
+    weight = torch.tensor(WEIGHTS)
+    weight.to(device)
+    return model, nn.CrossEntropyLoss(weight=weight), torch.optim.SGD(model.parameters(), lr=1.0)
+
+
+WRONG_SETUPS = {
+    "overrides device": (setup_overrides_device, ["sets `device = ...` itself"]),
+    "weights moved, not kept": (setup_weight_moved_not_kept, ["class weights are on cpu"]),
+}
+
+
+@pytest.mark.parametrize("build", RIGHT_SETUPS.values(), ids=RIGHT_SETUPS)
+def test_setup_accepts_every_correct_style(build):
+    _status(checks.check_training_setup(build, DEVICE, OTHER), checks.PASSED)
+
+
+@pytest.mark.parametrize(("build", "phrases"), WRONG_SETUPS.values(), ids=WRONG_SETUPS)
+def test_setup_names_the_misconception(build, phrases):
+    assert_one_line(_status(checks.check_training_setup(build, DEVICE, OTHER), checks.FAILED,
+                            *phrases))
+
+
+def test_an_overridden_device_is_not_blamed_on_a_missing_model_to():
+    feedback = checks.check_training_setup(setup_overrides_device, DEVICE, OTHER)
+    assert "Call `model.to(device)`" not in feedback.message
+
+
+def step_with(move):
+    def train_step(model, loss_fn, optimizer, inputs, targets, device):
+        inputs, targets = move(inputs, targets, device)
+        loss = loss_fn(model(inputs), targets)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        return loss.detach()
+
+    return train_step
+
+
+def step_overrides_device(model, loss_fn, optimizer, inputs, targets, device):
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return step_with(lambda i, t, d: (i.to(d), t.to(d)))(model, loss_fn, optimizer, inputs,
+                                                          targets, device)
+
+
+RIGHT_STEPS = {
+    "tuple assignment": step_with(lambda i, t, d: (i.to(d), t.to(d))),
+    "keyword": step_with(lambda i, t, d: (i.to(device=d), t.to(device=d))),
+    "non_blocking": step_with(lambda i, t, d: (i.to(d, non_blocking=True),
+                                               t.to(d, non_blocking=True))),
+    "str device": step_with(lambda i, t, d: (i.to(str(d)), t.to(str(d)))),
+    "comprehension": step_with(lambda i, t, d: tuple(x.to(d) for x in (i, t))),
+    "like the model": step_with(lambda i, t, d: (i.to(d), t.to(i.to(d).device))),
+}
+WRONG_STEPS = {
+    "overrides device": (step_overrides_device, ["sets `device = ...` itself"]),
+    "targets cast to float": (step_with(lambda i, t, d: (i.to(d), t.to(d, torch.float32))),
+                              ["on meta"]),
+}
+
+
+@pytest.mark.parametrize("step", RIGHT_STEPS.values(), ids=RIGHT_STEPS)
+def test_train_step_accepts_every_correct_style(step):
+    _status(checks.check_train_step(step, DEVICE, OTHER), checks.PASSED)
+
+
+@pytest.mark.parametrize(("step", "phrases"), WRONG_STEPS.values(), ids=WRONG_STEPS)
+def test_train_step_names_the_misconception(step, phrases):
+    assert_one_line(_status(checks.check_train_step(step, DEVICE, OTHER), checks.FAILED,
+                            *phrases))
+
+
+def test_an_overridden_device_is_not_blamed_on_unmoved_inputs():
+    feedback = checks.check_train_step(step_overrides_device, DEVICE, OTHER)
+    assert "inputs stay" not in feedback.message
+
+
+def predict_no_grad(model, inputs, device):
+    with torch.no_grad():
+        return model(inputs.to(device)).softmax(dim=1).cpu().numpy()
+
+
+def predict_overrides_device(model, inputs, device):
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return model(inputs.to(device)).softmax(dim=1).detach().cpu().numpy()
+
+
+RIGHT_PREDICTS = {
+    "detach cpu numpy": make_predict(lambda p: p.detach().cpu().numpy()),
+    "numpy(force=True)": make_predict(lambda p: p.numpy(force=True)),
+    "cpu detach numpy": make_predict(lambda p: p.cpu().detach().numpy()),
+    "to('cpu')": make_predict(lambda p: p.detach().to("cpu").numpy()),
+    "np.asarray": make_predict(lambda p: np.asarray(p.detach().cpu())),
+    "no_grad": predict_no_grad,
+}
+WRONG_PREDICTS = {
+    "overrides device": (predict_overrides_device, ["sets `device = ...` itself"]),
+    "tolist": (make_predict(lambda p: p.detach().cpu().tolist()), ["return a NumPy array"]),
+}
+
+
+@pytest.mark.parametrize("predict", RIGHT_PREDICTS.values(), ids=RIGHT_PREDICTS)
+def test_predict_accepts_every_correct_style(predict):
+    _status(checks.check_predict(predict, DEVICE, OTHER), checks.PASSED)
+
+
+@pytest.mark.parametrize(("predict", "phrases"), WRONG_PREDICTS.values(), ids=WRONG_PREDICTS)
+def test_predict_names_the_misconception(predict, phrases):
+    assert_one_line(_status(checks.check_predict(predict, DEVICE, OTHER), checks.FAILED,
+                            *phrases))

@@ -155,12 +155,11 @@ def explain(error: BaseException) -> str:
         return (f"your code raised {said}: the values of a map_location dict must be strings, "
                 "e.g. {'cuda:0': 'cpu'}, not torch.device objects. Simpler and complete: "
                 "map_location=device sends every tag to one device.")
-    if "Expected state_dict to be dict-like, got <class 'NoneType'>" in text or (
-            isinstance(error, AttributeError) and "'NoneType' object" in text):
-        return (f"your code raised {said}: a value you kept was None. "
-                "consume_prefix_in_state_dict_if_present changes the dict in place and returns "
-                "None (like list.sort, unlike sorted): call it on its own line and keep using "
-                "the dict you gave it.")
+    if "got <class 'NoneType'>" in text or "'NoneType' object" in text:
+        return (f"your code raised {said}: a value you kept was None. Functions that work in "
+                "place return None (like list.sort, unlike sorted): "
+                "consume_prefix_in_state_dict_if_present changes the dict you give it and "
+                "returns None, so call it on its own line and keep using that dict.")
     if "_StorageBase.to() takes 1 positional argument" in text:
         return (f"your code raised {said}: inside a map_location function you get a storage, "
                 "whose `.to` takes the device by keyword only: `storage.to(device=device)`. "

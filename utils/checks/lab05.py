@@ -245,7 +245,8 @@ def _instrument(model: nn.Module) -> list[dict]:
     real = model.load_state_dict
 
     def recording(state_dict, strict=True, assign=False):
-        calls.append({"keys": list(state_dict), "strict": strict})
+        calls.append({"keys": list(state_dict) if isinstance(state_dict, Mapping) else [],
+                      "strict": strict})
         return real(state_dict, strict=strict, assign=assign)
 
     model.load_state_dict = recording  # type: ignore[method-assign]
@@ -266,10 +267,11 @@ def _prefix_mistake(keys: list[str], expected: list[str], prefix: str, strict: b
         chewed = [key for key in keys if key in stripped]
         if chewed:
             return (f"key.{method}({prefix!r}) removes *characters*, any of "
-                    f"{''.join(sorted(set(prefix)))!r}, not the prefix: "
-                    f"{prefix + stripped[chewed[0]]!r} became {chewed[0]!r}{hidden}. It "
-                    "looked right only for names that start with other letters. Strip the "
-                    f"prefix itself: key.removeprefix({prefix!r}) or "
+                    f"{''.join(sorted(set(prefix)))!r} from the {'start' if method == 'lstrip' else 'ends'}, "
+                    f"not the prefix: {prefix + stripped[chewed[0]]!r} became {chewed[0]!r}"
+                    f"{hidden}. It looked right only for names that start with other letters "
+                    "(str.strip and str.lstrip both work this way). Strip the prefix itself: "
+                    f"key.removeprefix({prefix!r}) or "
                     f"consume_prefix_in_state_dict_if_present(state_dict, {prefix!r}).")
     if mangled:
         return (f"key.replace({prefix!r}, '') removes {prefix!r} everywhere, also inside names: "
