@@ -194,8 +194,16 @@ def rebinds(function: Callable, name: str) -> bool:
     code = getattr(function, "__code__", None)
     if code is None or name not in code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]:
         return False
-    return any(ins.opname in ("STORE_FAST", "STORE_DEREF") and ins.argval == name
-               for ins in dis.get_instructions(code))
+    for ins in dis.get_instructions(code):
+        if ins.opname in ("STORE_FAST", "STORE_DEREF") and ins.argval == name:
+            return True
+        # Python 3.13 fuses instructions: STORE_FAST_LOAD_FAST stores the first name,
+        # STORE_FAST_STORE_FAST stores both.
+        if ins.opname == "STORE_FAST_LOAD_FAST" and ins.argval[0] == name:
+            return True
+        if ins.opname == "STORE_FAST_STORE_FAST" and name in ins.argval:
+            return True
+    return False
 
 
 def reads_outer_name(function: Callable, name: str) -> bool:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import io
 import os
 import random
+import shutil
 from collections.abc import Callable
 from contextlib import contextmanager
 from unittest import mock
@@ -297,9 +298,13 @@ def _compare(exercise: str, resumed, start, stop: int, saved_model: dict, saved_
 def _recorded_files():
     """Record torch.save targets, renames (os.replace, os.rename, and what calls them:
     Path.replace, Path.rename, shutil.move) and removals, while they still work."""
-    seen: dict[str, list] = {"save": [], "rename": [], "remove": []}
+    seen: dict[str, list] = {"save": [], "rename": [], "remove": [], "copy": []}
     real = {"save": torch.save, "replace": os.replace, "rename": os.rename,
-            "remove": os.remove, "unlink": os.unlink}
+            "remove": os.remove, "unlink": os.unlink, "copyfile": shutil.copyfile}
+
+    def copyfile(src, dst, *args, **kwargs):
+        seen["copy"].append(dst)
+        return real["copyfile"](src, dst, *args, **kwargs)
 
     def save(obj, f, *args, **kwargs):
         seen["save"].append(f if isinstance(f, (str, os.PathLike)) else getattr(f, "name", None))
@@ -319,7 +324,8 @@ def _recorded_files():
 
     with mock.patch("torch.save", save), mock.patch("os.replace", renamer("replace")), \
             mock.patch("os.rename", renamer("rename")), \
-            mock.patch("os.remove", remover("remove")), mock.patch("os.unlink", remover("unlink")):
+            mock.patch("os.remove", remover("remove")), mock.patch("os.unlink", remover("unlink")), \
+            mock.patch("shutil.copyfile", copyfile):
         yield seen
 
 
@@ -336,10 +342,14 @@ def _same_file(a, b) -> bool:
         return False
 
 
+class _KilledAtRename(BaseException):
+    """The process "dies" at the rename: not an OSError, so nothing falls back to a copy."""
+
+
 def _crash_at_rename(crashes: list):
     def crash(src, dst, *args, **kwargs):
         crashes.append(dst)
-        raise OSError("simulated crash at the rename")
+        raise _KilledAtRename()
 
     return mock.patch("os.replace", crash), mock.patch("os.rename", crash)
 
@@ -388,7 +398,7 @@ def check_atomic_save(atomic_save: Callable, folder: str = "checkpoints") -> Fee
         with crash_replace, crash_rename:
             try:
                 atomic_save({"version": 2}, path)
-            except OSError:
+            except (_KilledAtRename, OSError):
                 pass
             except Exception as error:
                 return Feedback(exercise, FAILED, f"while the rename fails: {explain(error)}")
@@ -419,6 +429,12 @@ def check_atomic_save(atomic_save: Callable, folder: str = "checkpoints") -> Fee
     problem = _temporary_elsewhere(exercise, seen, path)
     if problem is not None:
         return problem
+    if any(_same_file(target, path) for target in seen["copy"]):
+        return Feedback(exercise, FAILED, "atomic_save copies the temporary file onto `path`: a "
+                                          "copy writes the final file byte by byte, and a crash "
+                                          "can cut it in half. Rename it instead: "
+                                          "os.replace(temporary, path) swaps the name in one "
+                                          "step.")
     if any(_same_file(target, path) for target in seen["remove"]):
         return Feedback(exercise, FAILED, "atomic_save removes the old checkpoint before the new "
                                           "one is in place: os.replace() overwrites in one step, "
