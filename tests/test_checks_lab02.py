@@ -267,7 +267,8 @@ def test_is_predictions_are_true_facts_on_this_torch():
 
 
 def test_a_single_wrong_answer_is_not_called_always_copies():
-    feedback = checks.check_is_predictions(lambda: dict(RIGHT, **{"model.to('cpu') is model": False}))
+    one_wrong = dict(RIGHT, **{"model.to('cpu') is model": False})
+    feedback = checks.check_is_predictions(lambda: one_wrong)
     assert "always copies" not in feedback.message
 
 

@@ -355,7 +355,7 @@ def test_meta_really_refuses_a_callable_map_location(tmp_path):
     path = tmp_path / "plain.pt"
     torch.save({"w": torch.ones(2)}, path)
     with pytest.raises(Exception, match="META device module is not loaded"):
-        torch.load(path, map_location=lambda s, l: s.to(device=torch.device("meta")))
+        torch.load(path, map_location=lambda storage, _: storage.to(device=torch.device("meta")))
 
 
 def strip_with(rename, prefix):

@@ -136,7 +136,8 @@ def explain(error: BaseException) -> str:
     if "META device module is not loaded" in text:
         return (f"your code raised {said}: PyTorch cannot create storages on meta from inside "
                 "torch.load. Pass map_location=device (a string or torch.device).")
-    if names_no_cuda(error) or "'<' not supported between instances of 'NoneType' and 'int'" in text:
+    storage_cuda = "'<' not supported between instances of 'NoneType' and 'int'"  # .cuda()
+    if names_no_cuda(error) or storage_cuda in text:
         return (f"your code raised {said}: it asks for CUDA (`.cuda()` or 'cuda'), and this "
                 "machine has none. Use the `device` you were given: `.to(device)`, or "
                 "map_location=device.")

@@ -324,7 +324,8 @@ def check_training_setup(build_training: Callable, device: torch.device | str,
                                                   "nn.Modules: return the CrossEntropyLoss "
                                                   "object, not a function.")
             left = audit(model, target)
-            if left and (overridden := _overridden(exercise, build_training, target)) is not None:
+            overridden = _overridden(exercise, build_training, target)
+            if left and overridden is not None:
                 return overridden
             if left:
                 found = sorted({str(f.device) for f in left})
@@ -337,7 +338,8 @@ def check_training_setup(build_training: Callable, device: torch.device | str,
                                 f"{device_name(target)}. Call `model.to(device)`: Module.to "
                                 "moves the model in place (no reassignment needed).")
             weights = audit(loss_fn, target)
-            if weights and (overridden := _overridden(exercise, build_training, target)) is not None:
+            overridden = _overridden(exercise, build_training, target)
+            if weights and overridden is not None:
                 return overridden
             if weights:
                 return Feedback(exercise, FAILED,
@@ -409,7 +411,8 @@ def check_train_step(train_step: Callable, device: torch.device | str,
             if _is_hard_coded(error) or _names_a_third_device(error, target):
                 return _hard_coded(exercise, f"on {device_name(target)} train_step raised "
                                              f"{_said(error)}")
-            if _is_mismatch(error) and (overridden := _overridden(exercise, train_step, target)) is not None:
+            overridden = _overridden(exercise, train_step, target)
+            if _is_mismatch(error) and overridden is not None:
                 return overridden
             if _is_mismatch(error):
                 where = device_name(target)
@@ -438,7 +441,8 @@ def check_train_step(train_step: Callable, device: torch.device | str,
             if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
                 return Feedback(exercise, FAILED, "return the loss, a tensor with one number "
                                                   "(the skeleton's last line does).")
-            if loss.device != target and (overridden := _overridden(exercise, train_step, target)) is not None:
+            overridden = _overridden(exercise, train_step, target)
+            if loss.device != target and overridden is not None:
                 return overridden
             if loss.device != target:
                 return Feedback(exercise, FAILED, f"the loss is on {loss.device}, not on "
@@ -478,7 +482,8 @@ def check_predict(predict: Callable, device: torch.device | str,
         for target in devices:
             model = _reference_model().to(target)
             array, error = _call(predict, model, inputs, target)
-            if _is_mismatch(error) and (overridden := _overridden(exercise, predict, target)) is not None:
+            overridden = _overridden(exercise, predict, target)
+            if _is_mismatch(error) and overridden is not None:
                 return overridden
             if target.type == "meta" and isinstance(error, NotImplementedError):
                 continue  # it reached .cpu(): a GPU would copy here, meta has no data to copy

@@ -266,8 +266,9 @@ def _prefix_mistake(keys: list[str], expected: list[str], prefix: str, strict: b
                     if getattr(prefix + key, method)(prefix) != key}
         chewed = [key for key in keys if key in stripped]
         if chewed:
+            ends = "start" if method == "lstrip" else "ends"
             return (f"key.{method}({prefix!r}) removes *characters*, any of "
-                    f"{''.join(sorted(set(prefix)))!r} from the {'start' if method == 'lstrip' else 'ends'}, "
+                    f"{''.join(sorted(set(prefix)))!r} from the {ends}, "
                     f"not the prefix: {prefix + stripped[chewed[0]]!r} became {chewed[0]!r}"
                     f"{hidden}. It looked right only for names that start with other letters "
                     "(str.strip and str.lstrip both work this way). Strip the prefix itself: "

@@ -324,8 +324,8 @@ def _recorded_files():
 
     with mock.patch("torch.save", save), mock.patch("os.replace", renamer("replace")), \
             mock.patch("os.rename", renamer("rename")), \
-            mock.patch("os.remove", remover("remove")), mock.patch("os.unlink", remover("unlink")), \
-            mock.patch("shutil.copyfile", copyfile):
+            mock.patch("os.remove", remover("remove")), \
+            mock.patch("os.unlink", remover("unlink")), mock.patch("shutil.copyfile", copyfile):
         yield seen
 
 
