@@ -423,3 +423,9 @@ def test_explanations_strip_terminal_escape_codes_and_keep_one_line():
 
 def test_a_long_first_line_is_cut():
     assert len(checks.feedback.first_line(ValueError("x" * 500))) < 230
+
+
+@pytest.mark.parametrize("table", [RIGHT_WHERE, RIGHT_PREPARE, RIGHT_IS, RIGHT_BUILD],
+                         ids=["exercise 1", "exercise 2", "exercise 3", "exercise 4"])
+def test_every_exercise_has_at_least_six_differently_written_right_answers(table):
+    assert len(table) >= 6

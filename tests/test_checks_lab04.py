@@ -559,9 +559,24 @@ def setup_weight_moved_not_kept(model, device):
     return model, nn.CrossEntropyLoss(weight=weight), torch.optim.SGD(model.parameters(), lr=1.0)
 
 
+def setup_buffer_moved_not_kept(model, device):
+    model.to(device)
+    loss_fn = nn.CrossEntropyLoss(weight=torch.tensor(WEIGHTS))
+    loss_fn.weight.to(device)  # a new tensor, thrown away; the buffer stays
+    return model, loss_fn, torch.optim.SGD(model.parameters(), lr=1.0)
+
+
+def setup_cuda_weights(model, device):
+    model.to(device)
+    loss_fn = nn.CrossEntropyLoss(weight=torch.tensor(WEIGHTS).cuda())
+    return model, loss_fn, torch.optim.SGD(model.parameters(), lr=1.0)
+
+
 WRONG_SETUPS = {
     "overrides device": (setup_overrides_device, ["sets `device = ...` itself"]),
     "weights moved, not kept": (setup_weight_moved_not_kept, ["class weights are on cpu"]),
+    "buffer moved, not kept": (setup_buffer_moved_not_kept, ["loss_fn.to(device)"]),
+    "cuda weights": (setup_cuda_weights, ["hard-coded 'cuda'"]),
 }
 
 
@@ -610,6 +625,8 @@ RIGHT_STEPS = {
 }
 WRONG_STEPS = {
     "overrides device": (step_overrides_device, ["sets `device = ...` itself"]),
+    "targets moved, not kept": (step_with(lambda i, t, d: (i.to(d), (t.to(d), t)[1])),
+                                ["The targets stay on the CPU"]),
     "targets cast to float": (step_with(lambda i, t, d: (i.to(d), t.to(d, torch.float32))),
                               ["on meta"]),
 }
@@ -651,6 +668,8 @@ RIGHT_PREDICTS = {
 }
 WRONG_PREDICTS = {
     "overrides device": (predict_overrides_device, ["sets `device = ...` itself"]),
+    "list of numbers": (make_predict(lambda p: [row.tolist() for row in p.detach().cpu()]),
+                        ["return a NumPy array"]),
     "tolist": (make_predict(lambda p: p.detach().cpu().tolist()), ["return a NumPy array"]),
 }
 
@@ -664,3 +683,9 @@ def test_predict_accepts_every_correct_style(predict):
 def test_predict_names_the_misconception(predict, phrases):
     assert_one_line(_status(checks.check_predict(predict, DEVICE, OTHER), checks.FAILED,
                             *phrases))
+
+
+@pytest.mark.parametrize("table", [RIGHT_MODELS, RIGHT_SETUPS, RIGHT_STEPS, RIGHT_PREDICTS],
+                         ids=["exercise 1", "exercise 2", "exercise 3", "exercise 4"])
+def test_every_exercise_has_at_least_six_differently_written_right_answers(table):
+    assert len(table) >= 6

@@ -558,3 +558,10 @@ def test_whole_model_with_weights_only_false_but_no_code_run_is_not_told_code_ra
 
 def test_whole_model_plain_load_gets_one_line_without_escape_codes(tmp_path):
     assert_one_line(checks.check_whole_model(lambda p, t: torch.load(p), folder=tmp_path))
+
+
+@pytest.mark.parametrize("table", [RIGHT_GPU, right_prefix_loaders("module."),
+                                   right_prefix_loaders("_orig_mod."), RIGHT_WHOLE],
+                         ids=["exercise 1", "exercise 2", "exercise 3", "exercise 4"])
+def test_every_exercise_has_at_least_six_differently_written_right_answers(table):
+    assert len(table) >= 6

@@ -412,3 +412,8 @@ def test_the_resume_check_reads_the_generator_of_the_device_in_use(device, gette
         assert found[2][1] is getter and "torch.mps.get_rng_state()" in found[2][2]
     else:
         assert getter.upper() in names[2] and f"torch.{getter}.get_rng_state_all()" in found[2][2]
+
+
+@pytest.mark.parametrize("table", [RIGHT_ATOMIC, RIGHT_RESUME], ids=["exercise 1", "exercises 2-3"])
+def test_every_exercise_has_at_least_six_differently_written_right_answers(table):
+    assert len(table) >= 6
