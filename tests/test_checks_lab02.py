@@ -429,3 +429,20 @@ def test_a_long_first_line_is_cut():
                          ids=["exercise 1", "exercise 2", "exercise 3", "exercise 4"])
 def test_every_exercise_has_at_least_six_differently_written_right_answers(table):
     assert len(table) >= 6
+
+
+def test_a_device_fixed_in_the_function_is_caught_even_when_it_matches_the_device_asked_for():
+    """On a GPU machine `device = torch.device('cuda' if ...)` gives the right device for
+    `other`; asking for the CPU as well shows that the argument is ignored."""
+    def prepare(batch, device):
+        device = OTHER  # what the override gives on a machine whose accelerator is `other`
+        return batch.to(device)
+
+    def build(device):
+        device = OTHER
+        model = nn.Linear(3, 2).to(device)
+        return model, torch.optim.Adagrad(model.parameters())
+
+    _status(checks.check_prepare(prepare, OTHER), checks.FAILED, "sets `device = ...` itself")
+    _status(checks.check_model_and_optimizer(build, OTHER), checks.FAILED, "asked for cpu",
+            "sets `device = ...` itself")

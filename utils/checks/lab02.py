@@ -85,6 +85,8 @@ def check_prepare(prepare: Callable, other: torch.device) -> Feedback:
     if problem is not None:
         return problem
     if not isinstance(on_cpu, torch.Tensor) or on_cpu.device.type != "cpu":
+        if isinstance(on_cpu, torch.Tensor):
+            return _prepare_not_there(exercise, prepare, batch, on_cpu, torch.device("cpu"), [])
         return Feedback(exercise, FAILED, "prepare(batch, 'cpu') did not return a CPU tensor: "
                                           "use the `device` argument, not a device fixed in "
                                           "the function.")
@@ -224,5 +226,17 @@ def check_model_and_optimizer(build: Callable, other: torch.device) -> Feedback:
                                               + built_before)
         return Feedback(exercise, FAILED, "the optimizer does not hold model.parameters(): build "
                                           "it with torch.optim.Adagrad(model.parameters()).")
+    on_cpu, problem = attempt(exercise, build, torch.device("cpu"))
+    if problem is not None:
+        return problem
+    if (isinstance(on_cpu, tuple) and on_cpu and isinstance(on_cpu[0], nn.Module)
+            and any(p.device.type != "cpu" for p in on_cpu[0].parameters())):
+        found = sorted({str(p.device) for p in on_cpu[0].parameters()})
+        fixed = ("your function sets `device = ...` itself, which throws away the device the "
+                 "caller passed in" if rebinds(build, "device") else
+                 "the function uses a device fixed inside it")
+        return Feedback(exercise, FAILED, f"asked for cpu, build put the model on "
+                                          f"{', '.join(found)}: {fixed}. Use the `device` "
+                                          "argument as it is.")
     return Feedback(exercise, PASSED, "model on the device, optimizer built after it: its "
                                       "parameters and its state are all where they belong.")
