@@ -417,3 +417,16 @@ def test_the_resume_check_reads_the_generator_of_the_device_in_use(device, gette
 @pytest.mark.parametrize("table", [RIGHT_ATOMIC, RIGHT_RESUME], ids=["exercise 1", "exercises 2-3"])
 def test_every_exercise_has_at_least_six_differently_written_right_answers(table):
     assert len(table) >= 6
+
+
+def test_a_rename_across_file_systems_is_explained(tmp_path):
+    import errno
+    from unittest import mock
+
+    def cross_device(src, dst):
+        raise OSError(errno.EXDEV, "Invalid cross-device link", str(src))
+
+    with mock.patch("os.replace", cross_device):
+        feedback = checks.check_atomic_save(save_in_system_temp, folder=tmp_path)
+    assert_one_line(_status(feedback, checks.FAILED, "another file system",
+                            "NamedTemporaryFile(dir="))

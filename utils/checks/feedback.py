@@ -169,6 +169,11 @@ def explain(error: BaseException) -> str:
         return (f"your code raised {said}: torch.set_rng_state wants the CPU ByteTensor that "
                 "torch.get_rng_state gave you. Load the checkpoint with map_location='cpu' (or "
                 "pass the state's `.cpu()`).")
+    if "Invalid cross-device link" in text:
+        return (f"your code raised {said}: the temporary file is on another file system than "
+                "the checkpoint (the system's temp folder often is), and a rename cannot cross "
+                "file systems. Make the temporary file in the checkpoint's own folder: "
+                "`tempfile.NamedTemporaryFile(dir=os.path.dirname(path), delete=False)`.")
     if isinstance(error, NameError):
         return (f"your code raised {said}: a typo, or a name from a cell you have not run "
                 "yet (run the cells above, then this one).")
