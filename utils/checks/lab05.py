@@ -153,9 +153,12 @@ def check_gpu_checkpoint(load_gpu_checkpoint: Callable, device: str | torch.devi
     """Exercise 05.1: ``load_gpu_checkpoint(path, device)`` returns the state dict on ``device``.
 
     Runs it on files tagged ``cuda:0``, ``cuda:1`` and ``mps``, each loaded onto
-    ``device`` and onto the meta device. Catches: no map_location; map_location naming
-    a GPU ('cuda'); a dict that misses a tag; the device argument ignored (a hard-coded
-    'cpu'); weights_only=False. Introduced in lab 05_save_load_scenarios.
+    ``device`` and onto the meta device (except a callable map_location, which PyTorch
+    cannot point at meta). Catches: no map_location; map_location naming a GPU
+    ('cuda'); any dict map_location (it covers only the tags it lists, however many);
+    ``.to(device)`` results thrown away; the device argument ignored (a hard-coded
+    'cpu' or a callable that ignores it); weights_only=False.
+    Introduced in lab 05_save_load_scenarios.
     """
     exercise = "Exercise 1"
     folder = Path(folder)
