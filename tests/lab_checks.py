@@ -16,3 +16,10 @@ def assert_feedback(feedback: checks.Feedback, status: str, *phrases: str) -> ch
     for phrase in phrases:
         assert phrase in feedback.message, f"{phrase!r} not in {feedback.message!r}"
     return feedback
+
+
+def assert_one_line(feedback: checks.Feedback) -> checks.Feedback:
+    """Assert the message is one line with no terminal escape codes or traceback; return it."""
+    assert "\n" not in feedback.message and "\x1b" not in feedback.message, feedback.message
+    assert "Traceback" not in feedback.message, feedback.message
+    return feedback

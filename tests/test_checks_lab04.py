@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 from lab_checks import assert_feedback as _status
-from lab_checks import stub
+from lab_checks import assert_one_line, stub
 from torch import nn
 
 from utils import checks
@@ -54,6 +54,133 @@ def make_build_model(bug: str | None = None):
             return self.head(x)
 
     return lambda: Model()
+
+
+def model_class(init, noise):
+    """build_model for exercise 1 from an __init__ body and a noise function of x."""
+
+    class Model(nn.Module):
+        def __init__(self):
+            super().__init__()
+            init(self)
+            self.head = nn.Linear(16, 3)
+
+        def forward(self, x):
+            for block in self.blocks:
+                x = torch.relu(block(x)) * self.scale
+            if self.training:
+                x = noise(x)
+            return self.head(x)
+
+    return lambda: Model()
+
+
+def init_buffer(self):
+    self.blocks = nn.ModuleList([nn.Linear(4, 16), nn.Linear(16, 16)])
+    self.register_buffer("scale", torch.full((16,), 0.5))
+
+
+def init_float(self):
+    self.blocks = nn.ModuleList([nn.Linear(4, 16), nn.Linear(16, 16)])
+    self.scale = 0.5  # a Python number multiplies a tensor on any device
+
+
+def init_sequential(self):
+    self.blocks = nn.Sequential(nn.Linear(4, 16), nn.Linear(16, 16))
+    self.register_buffer("scale", torch.tensor(0.5), persistent=False)
+
+
+def init_frozen_parameter(self):
+    self.blocks = nn.ModuleList(nn.Linear(n, 16) for n in (4, 16))
+    self.scale = nn.Parameter(torch.full((16,), 0.5), requires_grad=False)
+
+
+def init_scale_changed(self):
+    init_buffer(self)
+    self.register_buffer("scale", torch.full((16,), 1.0))
+
+
+def init_outer_device(self):
+    init_buffer(self)
+
+
+RIGHT_MODELS = {
+    "buffer + randn_like": model_class(init_buffer, lambda x: x + 0.1 * torch.randn_like(x)),
+    "float scale + device=x.device": model_class(
+        init_float, lambda x: x + 0.1 * torch.randn(x.shape, device=x.device)),
+    "Sequential + randn_like times": model_class(
+        init_sequential, lambda x: x + torch.randn_like(x) * 0.1),
+    "frozen Parameter + add alpha": model_class(
+        init_frozen_parameter, lambda x: x.add(torch.randn_like(x), alpha=0.1)),
+    "buffer + normal(0, 0.1)": model_class(
+        init_buffer, lambda x: x + torch.normal(0.0, 0.1, x.shape, device=x.device)),
+    "buffer + randn(*shape, dtype, device)": model_class(
+        init_buffer, lambda x: x + 0.1 * torch.randn(*x.shape, dtype=x.dtype, device=x.device)),
+    "float + new_empty().normal_": model_class(
+        init_float, lambda x: x + x.new_empty(x.shape).normal_(0, 0.1)),
+}
+
+
+@pytest.mark.parametrize("build", RIGHT_MODELS.values(), ids=RIGHT_MODELS)
+def test_model_accepts_every_correct_style(build):
+    _status(checks.check_device_agnostic_model(build, DEVICE, OTHER), checks.PASSED)
+
+
+def build_with_outer_device():
+    class Model(nn.Module):
+        def __init__(self):
+            super().__init__()
+            init_buffer(self)
+            self.head = nn.Linear(16, 3)
+
+        def forward(self, x):
+            for block in self.blocks:
+                x = torch.relu(block(x)) * self.scale
+            if self.training:
+                x = x + 0.1 * torch.randn(x.shape, device=device)  # the notebook's `device`
+            return self.head(x)
+
+    return Model()
+
+
+device = DEVICE  # a notebook variable, as in the lab's setup cell
+
+WRONG_MODELS = {
+    "scale changed": (model_class(init_scale_changed, lambda x: x + 0.1 * torch.randn_like(x)),
+                      ["keep the scale of 0.5"]),
+    "noise doubled": (model_class(init_buffer, lambda x: x + 0.2 * torch.randn_like(x)),
+                      ["the noise changed", "0.1 * torch.randn_like(x)"]),
+    "uniform noise": (model_class(init_buffer, lambda x: x + 0.1 * torch.rand_like(x)),
+                      ["the noise changed"]),
+    "noise dropped": (model_class(init_buffer, lambda x: x), ["you removed the noise"]),
+    "outer device name": (build_with_outer_device, ["`device=device` reads the notebook's",
+                                                    "randn_like"]),
+    "noise without device": (model_class(init_buffer, lambda x: x + 0.1 * torch.randn(x.shape)),
+                             ["made inside forward without `device=`"]),
+    "wrong layers": (lambda: nn.Sequential(nn.Linear(4, 3)), ["keep the script's layers"]),
+}
+
+
+@pytest.mark.parametrize(("build", "phrases"), WRONG_MODELS.values(), ids=WRONG_MODELS)
+def test_model_names_the_misconception_of_each_wrong_answer(build, phrases):
+    assert_one_line(_status(checks.check_device_agnostic_model(build, DEVICE, OTHER),
+                            checks.FAILED, *phrases))
+
+
+def test_an_outer_device_name_is_not_blamed_on_a_missing_device_argument():
+    feedback = checks.check_device_agnostic_model(build_with_outer_device, DEVICE, OTHER)
+    assert "without `device=`" not in feedback.message
+
+
+def test_the_noise_check_leaves_the_learners_random_numbers_alone():
+    from utils.checks.lab04 import _what_changed
+
+    model = RIGHT_MODELS["buffer + randn_like"]()
+    torch.manual_seed(5)
+    expected = torch.rand(3)
+    torch.manual_seed(5)
+    assert _what_changed(model) == ""
+    assert torch.equal(torch.rand(3), expected)
 
 
 def test_model_passes_the_device_agnostic_solution():
@@ -371,3 +498,194 @@ def test_meta_raises_where_the_checks_rely_on_it():
             operation()
     with pytest.raises(TypeError, match="can't convert meta device type tensor to numpy"):
         on_meta.numpy()
+
+
+# --- answer tables for exercises 2-4 ------------------------------------------------------
+
+
+def setup_in_place(model, device):
+    model.to(device)
+    loss_fn = nn.CrossEntropyLoss(weight=torch.tensor(WEIGHTS)).to(device)
+    return model, loss_fn, torch.optim.SGD(model.parameters(), lr=1.0)
+
+
+def setup_reassigned(model, device):
+    model = model.to(device)
+    loss_fn = nn.CrossEntropyLoss(weight=torch.tensor(WEIGHTS, device=device))
+    return model, loss_fn, torch.optim.SGD(model.parameters(), lr=1.0)
+
+
+def setup_keyword(model, device):
+    model.to(device=device)
+    weight = torch.tensor([1.0, 2.0, 1.0]).to(device)
+    return model, nn.CrossEntropyLoss(weight=weight), torch.optim.SGD(model.parameters(), lr=1.0)
+
+
+def setup_str_device(model, device):
+    model.to(str(device))
+    loss_fn = nn.CrossEntropyLoss(weight=torch.as_tensor(WEIGHTS, device=str(device)))
+    return model, loss_fn, torch.optim.SGD(model.parameters(), lr=1.0)
+
+
+def setup_torch_device(model, device):
+    device = torch.device(device)
+    model.to(device)
+    loss_fn = nn.CrossEntropyLoss(torch.tensor(WEIGHTS)).to(device)  # weight is positional
+    return model, loss_fn, torch.optim.SGD(model.parameters(), lr=1.0)
+
+
+def setup_loss_first(model, device):
+    loss_fn = nn.CrossEntropyLoss(weight=torch.tensor(WEIGHTS))
+    loss_fn.to(device)
+    model.to(device)
+    return model, loss_fn, torch.optim.SGD(model.parameters(), lr=1.0)
+
+
+RIGHT_SETUPS = {f.__name__: f for f in (setup_in_place, setup_reassigned, setup_keyword,
+                                        setup_str_device, setup_torch_device, setup_loss_first)}
+
+
+def setup_overrides_device(model, device):
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    model.to(device)
+    loss_fn = nn.CrossEntropyLoss(weight=torch.tensor(WEIGHTS)).to(device)
+    return model, loss_fn, torch.optim.SGD(model.parameters(), lr=1.0)
+
+
+def setup_weight_moved_not_kept(model, device):
+    model.to(device)
+    weight = torch.tensor(WEIGHTS)
+    weight.to(device)
+    return model, nn.CrossEntropyLoss(weight=weight), torch.optim.SGD(model.parameters(), lr=1.0)
+
+
+def setup_buffer_moved_not_kept(model, device):
+    model.to(device)
+    loss_fn = nn.CrossEntropyLoss(weight=torch.tensor(WEIGHTS))
+    loss_fn.weight.to(device)  # a new tensor, thrown away; the buffer stays
+    return model, loss_fn, torch.optim.SGD(model.parameters(), lr=1.0)
+
+
+def setup_cuda_weights(model, device):
+    model.to(device)
+    loss_fn = nn.CrossEntropyLoss(weight=torch.tensor(WEIGHTS).cuda())
+    return model, loss_fn, torch.optim.SGD(model.parameters(), lr=1.0)
+
+
+WRONG_SETUPS = {
+    "overrides device": (setup_overrides_device, ["sets `device = ...` itself"]),
+    "weights moved, not kept": (setup_weight_moved_not_kept, ["class weights are on cpu"]),
+    "buffer moved, not kept": (setup_buffer_moved_not_kept, ["loss_fn.to(device)"]),
+    "cuda weights": (setup_cuda_weights, ["hard-coded 'cuda'"]),
+}
+
+
+@pytest.mark.parametrize("build", RIGHT_SETUPS.values(), ids=RIGHT_SETUPS)
+def test_setup_accepts_every_correct_style(build):
+    _status(checks.check_training_setup(build, DEVICE, OTHER), checks.PASSED)
+
+
+@pytest.mark.parametrize(("build", "phrases"), WRONG_SETUPS.values(), ids=WRONG_SETUPS)
+def test_setup_names_the_misconception(build, phrases):
+    assert_one_line(_status(checks.check_training_setup(build, DEVICE, OTHER), checks.FAILED,
+                            *phrases))
+
+
+def test_an_overridden_device_is_not_blamed_on_a_missing_model_to():
+    feedback = checks.check_training_setup(setup_overrides_device, DEVICE, OTHER)
+    assert "Call `model.to(device)`" not in feedback.message
+
+
+def step_with(move):
+    def train_step(model, loss_fn, optimizer, inputs, targets, device):
+        inputs, targets = move(inputs, targets, device)
+        loss = loss_fn(model(inputs), targets)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        return loss.detach()
+
+    return train_step
+
+
+def step_overrides_device(model, loss_fn, optimizer, inputs, targets, device):
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return step_with(lambda i, t, d: (i.to(d), t.to(d)))(model, loss_fn, optimizer, inputs,
+                                                          targets, device)
+
+
+RIGHT_STEPS = {
+    "tuple assignment": step_with(lambda i, t, d: (i.to(d), t.to(d))),
+    "keyword": step_with(lambda i, t, d: (i.to(device=d), t.to(device=d))),
+    "non_blocking": step_with(lambda i, t, d: (i.to(d, non_blocking=True),
+                                               t.to(d, non_blocking=True))),
+    "str device": step_with(lambda i, t, d: (i.to(str(d)), t.to(str(d)))),
+    "comprehension": step_with(lambda i, t, d: tuple(x.to(d) for x in (i, t))),
+    "like the model": step_with(lambda i, t, d: (i.to(d), t.to(i.to(d).device))),
+}
+WRONG_STEPS = {
+    "overrides device": (step_overrides_device, ["sets `device = ...` itself"]),
+    "targets moved, not kept": (step_with(lambda i, t, d: (i.to(d), (t.to(d), t)[1])),
+                                ["The targets stay on the CPU"]),
+    "targets cast to float": (step_with(lambda i, t, d: (i.to(d), t.to(d, torch.float32))),
+                              ["on meta"]),
+}
+
+
+@pytest.mark.parametrize("step", RIGHT_STEPS.values(), ids=RIGHT_STEPS)
+def test_train_step_accepts_every_correct_style(step):
+    _status(checks.check_train_step(step, DEVICE, OTHER), checks.PASSED)
+
+
+@pytest.mark.parametrize(("step", "phrases"), WRONG_STEPS.values(), ids=WRONG_STEPS)
+def test_train_step_names_the_misconception(step, phrases):
+    assert_one_line(_status(checks.check_train_step(step, DEVICE, OTHER), checks.FAILED,
+                            *phrases))
+
+
+def test_an_overridden_device_is_not_blamed_on_unmoved_inputs():
+    feedback = checks.check_train_step(step_overrides_device, DEVICE, OTHER)
+    assert "inputs stay" not in feedback.message
+
+
+def predict_no_grad(model, inputs, device):
+    with torch.no_grad():
+        return model(inputs.to(device)).softmax(dim=1).cpu().numpy()
+
+
+def predict_overrides_device(model, inputs, device):
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return model(inputs.to(device)).softmax(dim=1).detach().cpu().numpy()
+
+
+RIGHT_PREDICTS = {
+    "detach cpu numpy": make_predict(lambda p: p.detach().cpu().numpy()),
+    "numpy(force=True)": make_predict(lambda p: p.numpy(force=True)),
+    "cpu detach numpy": make_predict(lambda p: p.cpu().detach().numpy()),
+    "to('cpu')": make_predict(lambda p: p.detach().to("cpu").numpy()),
+    "np.asarray": make_predict(lambda p: np.asarray(p.detach().cpu())),
+    "no_grad": predict_no_grad,
+}
+WRONG_PREDICTS = {
+    "overrides device": (predict_overrides_device, ["sets `device = ...` itself"]),
+    "list of numbers": (make_predict(lambda p: [row.tolist() for row in p.detach().cpu()]),
+                        ["return a NumPy array"]),
+    "tolist": (make_predict(lambda p: p.detach().cpu().tolist()), ["return a NumPy array"]),
+}
+
+
+@pytest.mark.parametrize("predict", RIGHT_PREDICTS.values(), ids=RIGHT_PREDICTS)
+def test_predict_accepts_every_correct_style(predict):
+    _status(checks.check_predict(predict, DEVICE, OTHER), checks.PASSED)
+
+
+@pytest.mark.parametrize(("predict", "phrases"), WRONG_PREDICTS.values(), ids=WRONG_PREDICTS)
+def test_predict_names_the_misconception(predict, phrases):
+    assert_one_line(_status(checks.check_predict(predict, DEVICE, OTHER), checks.FAILED,
+                            *phrases))
+
+
+@pytest.mark.parametrize("table", [RIGHT_MODELS, RIGHT_SETUPS, RIGHT_STEPS, RIGHT_PREDICTS],
+                         ids=["exercise 1", "exercise 2", "exercise 3", "exercise 4"])
+def test_every_exercise_has_at_least_six_differently_written_right_answers(table):
+    assert len(table) >= 6

@@ -12,8 +12,13 @@ Introduced in lab 02_copy_pitfall.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import dis
+import re
+import types
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from unittest import mock
 
 import torch
 
@@ -79,10 +84,180 @@ def attempt(exercise: str, function: Callable, *args):
     except Exception as error:  # the learner's code raised: report it, do not crash the lab
         if is_stub(error):
             return None, not_attempted(exercise)
-        return None, Feedback(exercise, FAILED,
-                              f"your function raised {type(error).__name__}: {error}")
+        return None, Feedback(exercise, FAILED, explain(error))
 
 
 def device_name(device: torch.device) -> str:
     """How feedback names a device: meta is called out as the stand-in second device."""
     return "meta (the stand-in second device)" if device.type == "meta" else str(device)
+
+
+# --- learner errors, explained in one line ------------------------------------------------
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+_NO_CUDA = ("not compiled with CUDA", "Found no NVIDIA driver", "no CUDA GPUs are available",
+            "CUDA driver initialization failed", "not linked with support for cuda")
+
+
+def first_line(error: BaseException) -> str:
+    """``TypeName: first line of the message``, without terminal escape codes, at most ~200
+    characters: what the learner would read at the top of PyTorch's message."""
+    text = _ANSI.sub("", str(error)).strip()
+    line = text.splitlines()[0].strip() if text else ""
+    if len(line) > 200:
+        line = line[:197].rstrip() + "..."
+    return f"{type(error).__name__}: {line}" if line else type(error).__name__
+
+
+def names_no_cuda(error: BaseException | None) -> bool:
+    """True when ``error`` says this machine has no usable CUDA (the code asked for it)."""
+    return error is not None and any(text in str(error) for text in _NO_CUDA)
+
+
+def _unsupported_global(text: str) -> str | None:
+    found = re.search(r"Unsupported global: GLOBAL ([\w.]+)", text)
+    return found.group(1) if found else None
+
+
+def explain(error: BaseException) -> str:
+    """One line for an error the learner's code raised: what happened and what to do.
+
+    Known PyTorch messages get their meaning spelled out; anything else is quoted by
+    its first line (never a traceback, never terminal escape codes).
+    Introduced in lab 02_copy_pitfall.
+    """
+    text = _ANSI.sub("", str(error))
+    said = f"`{first_line(error)}`"
+    if "Cannot copy out of meta tensor" in text:
+        return (f"your code raised {said}. Meta (the stand-in second device) holds shapes but no "
+                "data, so nothing can be copied off it (`.cpu()`, `.item()`, `.tolist()`, "
+                "`.numpy()`); PyTorch's advice about `to_empty()` is for building big models and "
+                "does not apply here. Leave the result on `device`: the check reads it there.")
+    if "META device module is not loaded" in text:
+        return (f"your code raised {said}: PyTorch cannot create storages on meta from inside "
+                "torch.load. Pass map_location=device (a string or torch.device).")
+    storage_cuda = "'<' not supported between instances of 'NoneType' and 'int'"  # .cuda()
+    if names_no_cuda(error) or storage_cuda in text:
+        return (f"your code raised {said}: it asks for CUDA (`.cuda()` or 'cuda'), and this "
+                "machine has none. Use the `device` you were given: `.to(device)`, or "
+                "map_location=device.")
+    if "Weights only load failed" in text:
+        named = _unsupported_global(text)
+        asks = f" the file asks for `{named}`," if named else ""
+        return ("the safe loader (weights_only=True) refused the file:" + asks + " which is not "
+                "a tensor or a plain container. PyTorch's message suggests weights_only=False; "
+                "don't: that runs whatever code the file names. Allow only classes you trust, for "
+                "one load: `with torch.serialization.safe_globals([...]):`.")
+    if "Attempting to deserialize object on" in text:
+        return (f"your code raised {said}. The file was saved on an accelerator this machine "
+                "lacks, and torch.load puts each tensor back where its tag says unless you pass "
+                "map_location=device.")
+    if "expected string or bytes-like object, got 'torch.device'" in text:
+        return (f"your code raised {said}: the values of a map_location dict must be strings, "
+                "e.g. {'cuda:0': 'cpu'}, not torch.device objects. Simpler and complete: "
+                "map_location=device sends every tag to one device.")
+    if "got <class 'NoneType'>" in text or "'NoneType' object" in text:
+        return (f"your code raised {said}: a value you kept was None. Functions that work in "
+                "place return None (like list.sort, unlike sorted): "
+                "consume_prefix_in_state_dict_if_present changes the dict you give it and "
+                "returns None, so call it on its own line and keep using that dict.")
+    if "_StorageBase.to() takes 1 positional argument" in text:
+        return (f"your code raised {said}: inside a map_location function you get a storage, "
+                "whose `.to` takes the device by keyword only: `storage.to(device=device)`. "
+                "Simpler: map_location=device.")
+    if "RNG state must be a torch.ByteTensor" in text:
+        return (f"your code raised {said}: torch.set_rng_state wants the CPU ByteTensor that "
+                "torch.get_rng_state gave you. Load the checkpoint with map_location='cpu' (or "
+                "pass the state's `.cpu()`).")
+    if "Invalid cross-device link" in text:
+        return (f"your code raised {said}: the temporary file is on another file system than "
+                "the checkpoint (the system's temp folder often is), and a rename cannot cross "
+                "file systems. Make the temporary file in the checkpoint's own folder: "
+                "`tempfile.NamedTemporaryFile(dir=os.path.dirname(path), delete=False)`.")
+    if isinstance(error, NameError):
+        return (f"your code raised {said}: a typo, or a name from a cell you have not run "
+                "yet (run the cells above, then this one).")
+    return f"your function raised {said}. Fix that line, run its cell, then run this check again."
+
+
+# --- what the learner's code did ----------------------------------------------------------
+
+
+def _code_objects(function: Callable) -> Iterator[types.CodeType]:
+    """The code of ``function`` and of everything defined inside it (classes, methods)."""
+    code = getattr(function, "__code__", None)
+    if code is None:
+        return
+    pending = [code]
+    while pending:
+        current = pending.pop()
+        yield current
+        pending += [c for c in current.co_consts if isinstance(c, types.CodeType)]
+
+
+def rebinds(function: Callable, name: str) -> bool:
+    """True when ``function`` assigns to its own argument ``name`` (``device = ...``)."""
+    code = getattr(function, "__code__", None)
+    if code is None or name not in code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]:
+        return False
+    for ins in dis.get_instructions(code):
+        if ins.opname in ("STORE_FAST", "STORE_DEREF") and ins.argval == name:
+            return True
+        # Python 3.13 fuses instructions: STORE_FAST_LOAD_FAST stores the first name,
+        # STORE_FAST_STORE_FAST stores both.
+        if ins.opname == "STORE_FAST_LOAD_FAST" and ins.argval[0] == name:
+            return True
+        if ins.opname == "STORE_FAST_STORE_FAST" and name in ins.argval:
+            return True
+    return False
+
+
+def reads_outer_name(function: Callable, name: str) -> bool:
+    """True when ``function``, or code defined inside it, reads ``name`` from outside it
+    (a notebook variable): ``device=device`` inside a method that has no ``device``."""
+    own = set(getattr(getattr(function, "__code__", None), "co_varnames", ()))
+    for code in _code_objects(function):
+        for ins in dis.get_instructions(code):
+            if ins.argval != name:
+                continue
+            if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME"):
+                return True
+            if ins.opname in ("LOAD_DEREF", "LOAD_CLASSDEREF") and name not in own:
+                return True
+    return False
+
+
+@dataclass
+class ToCall:
+    """One ``Tensor.to`` call seen while the learner's code ran."""
+
+    tensor: torch.Tensor
+    device: torch.device | None
+    dtype: torch.dtype | None
+    result: torch.Tensor
+
+
+@contextmanager
+def recorded_to_calls() -> Iterator[list[ToCall]]:
+    """Record every ``Tensor.to`` call made inside the block (the tensors stay alive)."""
+    calls: list[ToCall] = []
+    real_to = torch.Tensor.to
+
+    def recording_to(self, *args, **kwargs):
+        result = real_to(self, *args, **kwargs)
+        try:
+            device, dtype, _, _ = torch._C._nn._parse_to(*args, **kwargs)
+        except Exception:  # an argument form _parse_to does not know: record nothing
+            return result
+        calls.append(ToCall(self, device, dtype, result))
+        return result
+
+    with mock.patch.object(torch.Tensor, "to", recording_to):
+        yield calls
+
+
+def moved_and_dropped(calls: list[ToCall], tensor: torch.Tensor, device: torch.device) -> bool:
+    """True when ``tensor.to(device)`` was called on ``tensor`` itself and a new tensor came
+    back: the learner moved it, then kept using the original (the result was not kept)."""
+    return any(c.tensor is tensor and c.result is not tensor and c.device is not None
+               and c.device.type == device.type for c in calls)

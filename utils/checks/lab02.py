@@ -13,6 +13,9 @@ from utils.checks.feedback import (
     Feedback,
     attempt,
     device_name,
+    moved_and_dropped,
+    rebinds,
+    recorded_to_calls,
 )
 
 
@@ -48,33 +51,42 @@ def check_prepare(prepare: Callable, other: torch.device) -> Feedback:
     Introduced in lab 02_copy_pitfall.
     """
     exercise = "Exercise 2"
+    other = torch.device(other)
     batch = torch.arange(6, dtype=torch.float32).reshape(2, 3)
-    result, problem = attempt(exercise, prepare, batch, other)
+    with recorded_to_calls() as moves:
+        result, problem = attempt(exercise, prepare, batch, other)
     if problem is not None:
         if "not compiled with CUDA" in problem.message or "cuda" in problem.message.lower():
-            return Feedback(exercise, FAILED, f"{problem.message}. `.cuda()` names one kind of "
-                                              "device; use `.to(device)` so the same code runs "
-                                              "everywhere.")
+            return Feedback(exercise, FAILED, f"{problem.message.rstrip('.')}. `.cuda()` names "
+                                              "one kind of device; use `.to(device)` so the same "
+                                              "code runs everywhere.")
         return problem
     if not isinstance(result, torch.Tensor):
         return Feedback(exercise, FAILED, f"prepare returned {type(result).__name__}, not a "
                                           "tensor. Return the batch that is on the device.")
     if result.device.type != other.type:
-        if result is batch:
+        return _prepare_not_there(exercise, prepare, batch, result, other, moves)
+    # A batch of class labels (int64) as well as one of features (float32): both are
+    # dtypes every device supports (MPS has no float64).
+    labels = torch.tensor([2, 0, 1, 1])
+    moved, problem = attempt(exercise, prepare, labels, other)
+    if problem is not None:
+        return problem
+    for before, after in ((batch, result), (labels, moved)):
+        if not isinstance(after, torch.Tensor) or after.dtype != before.dtype:
+            got = after.dtype if isinstance(after, torch.Tensor) else type(after).__name__
             return Feedback(exercise, FAILED,
-                            "prepare returned the very same CPU tensor it was given. You called "
-                            "`batch.to(device)` but kept using `batch`: Tensor.to returns a new "
-                            "tensor, so write `batch = batch.to(device)` (or return it).")
-        return Feedback(exercise, FAILED, f"the result is on {result.device}, not on "
-                                          f"{device_name(other)}.")
-    if result.dtype != batch.dtype:
-        return Feedback(exercise, FAILED, f"the device is right but the dtype changed from "
-                                          f"{batch.dtype} to {result.dtype}. Move it; do not "
-                                          "convert it.")
+                            f"the device is right but the dtype changed: a {before.dtype} batch "
+                            f"came back as {got}. Passing a dtype to "
+                            "`.to` converts the batch: `batch.to(device, torch.float32)` turns "
+                            "class labels (int64) into floats. Move it, do not convert it: "
+                            "`batch.to(device)` keeps each batch's own dtype.")
     on_cpu, problem = attempt(exercise, prepare, batch, torch.device("cpu"))
     if problem is not None:
         return problem
     if not isinstance(on_cpu, torch.Tensor) or on_cpu.device.type != "cpu":
+        if isinstance(on_cpu, torch.Tensor):
+            return _prepare_not_there(exercise, prepare, batch, on_cpu, torch.device("cpu"), [])
         return Feedback(exercise, FAILED, "prepare(batch, 'cpu') did not return a CPU tensor: "
                                           "use the `device` argument, not a device fixed in "
                                           "the function.")
@@ -89,6 +101,31 @@ def check_prepare(prepare: Callable, other: torch.device) -> Feedback:
                         "the tensor itself when nothing changes: no copy needed.")
     return Feedback(exercise, PASSED, "the batch arrives on the device, and a batch that is "
                                       "already there is passed through without a copy.")
+
+
+def _prepare_not_there(exercise: str, prepare: Callable, batch: torch.Tensor,
+                       result: torch.Tensor, other: torch.device, moves: list) -> Feedback:
+    """Name why prepare's result is not on ``other``: result not kept, argument overridden,
+    a device fixed in the function, or no move at all."""
+    if rebinds(prepare, "device"):
+        return Feedback(exercise, FAILED,
+                        f"asked for {device_name(other)}, prepare returned a tensor on "
+                        f"{result.device}: your function sets `device = ...` itself, which "
+                        "throws away the device the caller passed in. Picking the device is the "
+                        "caller's job (once, at the top of the script); inside, use the `device` "
+                        "argument as it is.")
+    if result is batch and moved_and_dropped(moves, batch, other):
+        return Feedback(exercise, FAILED,
+                        "prepare returned the very same CPU tensor it was given. You called "
+                        "`batch.to(device)` but kept using `batch`: Tensor.to returns a new "
+                        "tensor, so write `batch = batch.to(device)` (or return it).")
+    if result is batch:
+        return Feedback(exercise, FAILED, "prepare returned the batch it was given, unmoved: "
+                                          "`batch.to(device)` returns the batch on the device; "
+                                          "return that.")
+    return Feedback(exercise, FAILED, f"asked for {device_name(other)}, the result is on "
+                                      f"{result.device}: use the `device` argument, not a "
+                                      "device fixed in the function.")
 
 
 #: The expressions of exercise 02.3, and why each is True or False.
@@ -155,6 +192,17 @@ def check_model_and_optimizer(build: Callable, other: torch.device) -> Feedback:
         return Feedback(exercise, FAILED, "return (model, optimizer): an nn.Module and a "
                                           "torch.optim optimizer.")
     if not all(p.device.type == other.type for p in model.parameters()):
+        found = sorted({str(p.device) for p in model.parameters()})
+        if rebinds(build, "device"):
+            return Feedback(exercise, FAILED,
+                            f"asked for {device_name(other)}, the model is on "
+                            f"{', '.join(found)}: your function sets `device = ...` itself, "
+                            "which throws away the device the caller passed in. Use the "
+                            "`device` argument as it is.")
+        if any(d != "cpu" for d in found):
+            return Feedback(exercise, FAILED, f"asked for {device_name(other)}, the model is on "
+                                              f"{', '.join(found)}: use the `device` argument, "
+                                              "not a device fixed in the function.")
         return Feedback(exercise, FAILED, "the model is not on the device. Module.to moves it "
                                           "in place: call model.to(device).")
     built_before = ("you built the optimizer before moving the model, and Module.to never "
@@ -178,5 +226,17 @@ def check_model_and_optimizer(build: Callable, other: torch.device) -> Feedback:
                                               + built_before)
         return Feedback(exercise, FAILED, "the optimizer does not hold model.parameters(): build "
                                           "it with torch.optim.Adagrad(model.parameters()).")
+    on_cpu, problem = attempt(exercise, build, torch.device("cpu"))
+    if problem is not None:
+        return problem
+    if (isinstance(on_cpu, tuple) and on_cpu and isinstance(on_cpu[0], nn.Module)
+            and any(p.device.type != "cpu" for p in on_cpu[0].parameters())):
+        found = sorted({str(p.device) for p in on_cpu[0].parameters()})
+        fixed = ("your function sets `device = ...` itself, which throws away the device the "
+                 "caller passed in" if rebinds(build, "device") else
+                 "the function uses a device fixed inside it")
+        return Feedback(exercise, FAILED, f"asked for cpu, build put the model on "
+                                          f"{', '.join(found)}: {fixed}. Use the `device` "
+                                          "argument as it is.")
     return Feedback(exercise, PASSED, "model on the device, optimizer built after it: its "
                                       "parameters and its state are all where they belong.")

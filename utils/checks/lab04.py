@@ -25,9 +25,13 @@ from utils.checks.feedback import (
     PASSED,
     Feedback,
     device_name,
+    explain,
+    first_line,
     is_stub,
     not_a_function,
     not_attempted,
+    reads_outer_name,
+    rebinds,
 )
 from utils.placement import IN_DICT, IN_LIST, TENSOR_ATTRIBUTE, audit
 
@@ -61,8 +65,23 @@ def _call(function: Callable, *args):
 
 def _said(error: BaseException) -> str:
     """PyTorch's message, first line only, as the learner would read it."""
-    first = str(error).strip().splitlines()[0] if str(error).strip() else ""
-    return f"`{type(error).__name__}: {first}`"
+    return f"`{first_line(error)}`"
+
+
+def _overridden(exercise: str, function: Callable, target: torch.device) -> Feedback | None:
+    """The failed Feedback for a function that sets its own ``device = ...``, else None."""
+    if not rebinds(function, "device"):
+        return None
+    return Feedback(exercise, FAILED,
+                    f"asked for {device_name(target)}, your function sets `device = ...` "
+                    "itself (e.g. `torch.device('cuda' if torch.cuda.is_available() else "
+                    "'cpu')`), which throws away the device the caller passed in. Pick the "
+                    "device once, at the top of the script; inside, use the `device` argument "
+                    "as it is.")
+
+
+def _failed(exercise: str, error: BaseException, target: torch.device) -> Feedback:
+    return Feedback(exercise, FAILED, f"on {device_name(target)}, {explain(error)}")
 
 
 def _is_mismatch(error: BaseException | None) -> bool:
@@ -159,6 +178,42 @@ def _audit_messages(model: nn.Module, device: torch.device) -> list[str]:
     return messages
 
 
+def _what_changed(model: nn.Module) -> str:
+    """On the CPU: '' when ``model`` computes what the script computes (the two blocks, the
+    scale of 0.5, and 0.1 times standard normal noise while training), else what changed."""
+    linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
+    if [(m.in_features, m.out_features) for m in linears] != [(4, 16), (16, 16), (16, 3)]:
+        return ("keep the script's layers: nn.Linear(4, 16) and nn.Linear(16, 16) in "
+                "self.blocks, then the head nn.Linear(16, 3).")
+    inputs = torch.randn(5, 4, generator=torch.Generator().manual_seed(3))
+    kept_state = torch.get_rng_state()
+    try:
+        with torch.no_grad():
+            hidden = inputs
+            for block in linears[:2]:
+                hidden = torch.relu(block(hidden)) * 0.5
+            quiet = linears[2](hidden)
+            if not torch.allclose(model.eval()(inputs), quiet, atol=1e-5):
+                return ("the model no longer computes what the script computes (checked "
+                        "without noise, in eval mode): keep the scale of 0.5 after each "
+                        "block. Move it; do not change it.")
+            torch.manual_seed(11)
+            noisy = model.train()(inputs)
+            torch.manual_seed(11)
+            expected = linears[2](hidden + 0.1 * torch.randn(hidden.shape))
+    finally:
+        torch.set_rng_state(kept_state)  # leave the learner's random numbers alone
+    if torch.allclose(noisy, quiet, atol=1e-6):
+        return ("the output no longer changes while training: you removed the noise. Keep "
+                "it (it regularises the model), and make it on x's device with "
+                "`torch.randn_like(x)`.")
+    if not torch.allclose(noisy, expected, atol=1e-5):
+        return ("the noise changed: the script adds `0.1 * torch.randn(x.shape)`, standard "
+                "normal noise scaled by 0.1. Keep that; only make it where x is: "
+                "`0.1 * torch.randn_like(x)`.")
+    return ""
+
+
 def check_device_agnostic_model(build_model: Callable[[], nn.Module],
                                 device: torch.device | str,
                                 other: torch.device | str) -> Feedback:
@@ -179,7 +234,7 @@ def check_device_agnostic_model(build_model: Callable[[], nn.Module],
         for target in devices:
             model, error = _call(build_model)
             if error is not None:
-                return Feedback(exercise, FAILED, f"build_model() raised {_said(error)}.")
+                return Feedback(exercise, FAILED, f"build_model(): {explain(error)}")
             if not isinstance(model, nn.Module):
                 return Feedback(exercise, FAILED, f"build_model() returned "
                                                   f"{type(model).__name__}: return Model().")
@@ -196,6 +251,17 @@ def check_device_agnostic_model(build_model: Callable[[], nn.Module],
             if _is_hard_coded(error) or _names_a_third_device(error, target):
                 return _hard_coded(exercise, f"forward failed on {device_name(target)}: "
                                              f"{_said(error)}")
+            if _is_mismatch(error) and reads_outer_name(build_model, "device"):
+                outer = getattr(build_model, "__globals__", {}).get("device")
+                value = f" (here {outer})" if outer is not None else ""
+                return Feedback(exercise, FAILED,
+                                f"the audit is clean, but forward fails on "
+                                f"{device_name(target)}: {_said(error)}. Inside forward, "
+                                f"`device=device` reads the notebook's variable{value}, not "
+                                "the device the model was moved to: the model does not know "
+                                "that name, and `model.to(...)` does not change it. Make the "
+                                "tensor where x is: `torch.randn_like(x)` or "
+                                "`device=x.device`.")
             if _is_mismatch(error):
                 return Feedback(exercise, FAILED,
                                 f"the audit is clean, but forward fails on "
@@ -206,19 +272,16 @@ def check_device_agnostic_model(build_model: Callable[[], nn.Module],
                                 "forward runs. Make it where x is: `torch.randn_like(x)` or "
                                 "`torch.randn(x.shape, device=x.device)`.")
             if error is not None:
-                return Feedback(exercise, FAILED, f"forward raised {_said(error)} on "
-                                                  f"{device_name(target)}.")
+                return _failed(exercise, error, target)
             if not isinstance(outputs, torch.Tensor) or outputs.shape != (5, 3):
                 return Feedback(exercise, FAILED, "forward should return the head's output, "
                                                   "shape (batch, 3).")
             if outputs.device != target:
                 return Feedback(exercise, FAILED, f"the output is on {outputs.device}, the "
                                                   f"model on {device_name(target)}.")
-            if target.type != "meta" and torch.equal(outputs, model(inputs)):
-                return Feedback(exercise, FAILED,
-                                "the output no longer changes from one training forward to the "
-                                "next: you removed the noise. Keep it (it regularises the "
-                                "model), and make it on x's device with `torch.randn_like(x)`.")
+        changed = _what_changed(build_model())
+        if changed:
+            return Feedback(exercise, FAILED, changed)
     except _NotAttempted:
         return not_attempted(exercise)
     shown = ", ".join(device_name(d) for d in devices)
@@ -252,8 +315,7 @@ def check_training_setup(build_training: Callable, device: torch.device | str,
                 return _hard_coded(exercise, f"asked for {device_name(target)}, "
                                              f"build_training raised {_said(error)}")
             if error is not None:
-                return Feedback(exercise, FAILED, f"build_training raised {_said(error)} on "
-                                                  f"{device_name(target)}.")
+                return _failed(exercise, error, target)
             if not (isinstance(result, tuple) and len(result) == 3):
                 return Feedback(exercise, FAILED, "return a triple: (model, loss_fn, optimizer).")
             model, loss_fn, optimizer = result
@@ -262,6 +324,9 @@ def check_training_setup(build_training: Callable, device: torch.device | str,
                                                   "nn.Modules: return the CrossEntropyLoss "
                                                   "object, not a function.")
             left = audit(model, target)
+            overridden = _overridden(exercise, build_training, target)
+            if left and overridden is not None:
+                return overridden
             if left:
                 found = sorted({str(f.device) for f in left})
                 if any(f.device.type != "cpu" for f in left):  # it arrived on the CPU
@@ -273,6 +338,9 @@ def check_training_setup(build_training: Callable, device: torch.device | str,
                                 f"{device_name(target)}. Call `model.to(device)`: Module.to "
                                 "moves the model in place (no reassignment needed).")
             weights = audit(loss_fn, target)
+            overridden = _overridden(exercise, build_training, target)
+            if weights and overridden is not None:
+                return overridden
             if weights:
                 return Feedback(exercise, FAILED,
                                 f"the loss's class weights are on {weights[0].device}, the model "
@@ -343,6 +411,9 @@ def check_train_step(train_step: Callable, device: torch.device | str,
             if _is_hard_coded(error) or _names_a_third_device(error, target):
                 return _hard_coded(exercise, f"on {device_name(target)} train_step raised "
                                              f"{_said(error)}")
+            overridden = _overridden(exercise, train_step, target)
+            if _is_mismatch(error) and overridden is not None:
+                return overridden
             if _is_mismatch(error):
                 where = device_name(target)
                 inputs_left = _step_fails(train_step, target, False, True)
@@ -366,11 +437,13 @@ def check_train_step(train_step: Callable, device: torch.device | str,
                 return Feedback(exercise, FAILED, f"on {where} the step fails with "
                                                   f"{_said(error)}. " + " ".join(messages))
             if error is not None:
-                return Feedback(exercise, FAILED, f"train_step raised {_said(error)} on "
-                                                  f"{device_name(target)}.")
+                return _failed(exercise, error, target)
             if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
                 return Feedback(exercise, FAILED, "return the loss, a tensor with one number "
                                                   "(the skeleton's last line does).")
+            overridden = _overridden(exercise, train_step, target)
+            if loss.device != target and overridden is not None:
+                return overridden
             if loss.device != target:
                 return Feedback(exercise, FAILED, f"the loss is on {loss.device}, not on "
                                                   f"{device_name(target)}.")
@@ -409,6 +482,9 @@ def check_predict(predict: Callable, device: torch.device | str,
         for target in devices:
             model = _reference_model().to(target)
             array, error = _call(predict, model, inputs, target)
+            overridden = _overridden(exercise, predict, target)
+            if _is_mismatch(error) and overridden is not None:
+                return overridden
             if target.type == "meta" and isinstance(error, NotImplementedError):
                 continue  # it reached .cpu(): a GPU would copy here, meta has no data to copy
             if _is_hard_coded(error) or _names_a_third_device(error, target):
@@ -426,8 +502,7 @@ def check_predict(predict: Callable, device: torch.device | str,
                                 "`.numpy()` refuses them even on the CPU. Add `.detach()` (or "
                                 "predict under `torch.no_grad()`), then `.cpu().numpy()`.")
             if error is not None:
-                return Feedback(exercise, FAILED, f"predict raised {_said(error)} on "
-                                                  f"{device_name(target)}.")
+                return _failed(exercise, error, target)
             if isinstance(array, torch.Tensor):
                 return Feedback(exercise, FAILED, f"predict returned a tensor on "
                                                   f"{array.device}; return a NumPy array.")

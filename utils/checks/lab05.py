@@ -25,9 +25,13 @@ from utils.checks.feedback import (
     PASSED,
     Feedback,
     device_name,
+    explain,
+    first_line,
     is_stub,
+    moved_and_dropped,
     not_a_function,
     not_attempted,
+    recorded_to_calls,
 )
 
 #: Notes left by unpickling a :class:`LeavesAMarker`: proof that a loader ran pickled code.
@@ -35,19 +39,22 @@ MARKERS: list[str] = []
 
 
 class MysteryNet(nn.Module):
-    """The model in every lab 05 checkpoint. Its first layer is named ``submodule``, so
-    ``key.replace('module.', '')`` turns ``module.submodule.weight`` into ``subweight``.
+    """The model in every lab 05 checkpoint: layers ``submodule`` and ``output``.
 
-    Introduced in lab 05_save_load_scenarios.
+    The names expose the two ways of stripping a prefix that look right and are not:
+    ``key.replace('module.', '')`` turns ``module.submodule.weight`` into ``subweight``,
+    and ``key.lstrip('module.')`` (which strips *characters*, not a prefix) turns
+    ``module.output.weight`` into ``tput.weight`` (``_orig_mod.output.weight`` into
+    ``utput.weight``). Introduced in lab 05_save_load_scenarios.
     """
 
     def __init__(self) -> None:
         super().__init__()
         self.submodule = nn.Linear(4, 3)
-        self.head = nn.Linear(3, 2)
+        self.output = nn.Linear(3, 2)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(torch.relu(self.submodule(x)))
+        return self.output(torch.relu(self.submodule(x)))
 
 
 def _leave_marker(note: str) -> str:
@@ -109,9 +116,7 @@ def _run(function: Callable, *args):
 
 
 def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    first = text.splitlines()[0].split(". ")[0].rstrip(".") if text else ""
-    return f"{type(error).__name__}: {first}"
+    return first_line(error).split(". ")[0].rstrip(".")
 
 
 def _unsafe_load(calls: list[dict]) -> bool:
@@ -133,7 +138,7 @@ def _where_it_went(calls: list[dict], tag: str, error: BaseException) -> str | N
                 f"tag names, here {tag!r}, and this machine has none ({_first_line(error)}). "
                 "Pass map_location=device.")
     if isinstance(location, Mapping):
-        return (f"your map_location dict {location!r} only remaps the tags it lists; this file "
+        return (f"your map_location dict {location!r} remaps only the tags it lists; this file "
                 f"was saved with the tag {tag!r}, which is not in it, so its tensors still go "
                 "there. Pass map_location=device: every tag goes to that one device.")
     if isinstance(location, (str, torch.device)):
@@ -148,9 +153,12 @@ def check_gpu_checkpoint(load_gpu_checkpoint: Callable, device: str | torch.devi
     """Exercise 05.1: ``load_gpu_checkpoint(path, device)`` returns the state dict on ``device``.
 
     Runs it on files tagged ``cuda:0``, ``cuda:1`` and ``mps``, each loaded onto
-    ``device`` and onto the meta device. Catches: no map_location; map_location naming
-    a GPU ('cuda'); a dict that misses a tag; the device argument ignored (a hard-coded
-    'cpu'); weights_only=False. Introduced in lab 05_save_load_scenarios.
+    ``device`` and onto the meta device (except a callable map_location, which PyTorch
+    cannot point at meta). Catches: no map_location; map_location naming a GPU
+    ('cuda'); any dict map_location (it covers only the tags it lists, however many);
+    ``.to(device)`` results thrown away; the device argument ignored (a hard-coded
+    'cpu' or a callable that ignores it); weights_only=False.
+    Introduced in lab 05_save_load_scenarios.
     """
     exercise = "Exercise 1"
     folder = Path(folder)
@@ -162,9 +170,15 @@ def check_gpu_checkpoint(load_gpu_checkpoint: Callable, device: str | torch.devi
         for tag in ("cuda:0", "cuda:1", "mps"):
             path = save_as_if_on(saved, folder / f"lab05_check_{tag.replace(':', '')}.pt", tag)
             for target in targets:
-                with _recorded_loads() as calls:
+                with _recorded_loads() as calls, recorded_to_calls() as moves:
                     state, error = _run(load_gpu_checkpoint, path, target)
+                location = calls[-1].get("map_location") if calls else None
                 if error is not None:
+                    if (target.type == "meta" and callable(location)
+                            and "META device module is not loaded" in str(error)):
+                        # PyTorch cannot make storages on meta inside torch.load: a correct
+                        # callable map_location fails here, so meta cannot check this form.
+                        continue
                     message = str(error)
                     if ("Attempting to deserialize object on" in message
                             or "Storage device not recognized" in message):
@@ -172,9 +186,17 @@ def check_gpu_checkpoint(load_gpu_checkpoint: Callable, device: str | torch.devi
                         if diagnosis:
                             return Feedback(exercise, FAILED, diagnosis)
                     return Feedback(exercise, FAILED, f"loading the file saved on {tag} onto "
-                                    f"{device_name(target)} raised {_first_line(error)}")
+                                    f"{device_name(target)}: {explain(error)}")
                 if _unsafe_load(calls):
                     return Feedback(exercise, FAILED, UNSAFE)
+                if isinstance(location, Mapping):
+                    listed = ", ".join(map(str, location))
+                    return Feedback(exercise, FAILED,
+                                    f"your map_location dict lists {listed}: a dict remaps only "
+                                    "the tags it lists, and checkpoints carry whatever tag "
+                                    "their machine wrote (cuda:3, xpu:0, mps:0, ...), so the "
+                                    "next file goes back to its GPU. Pass map_location=device: "
+                                    "every tag goes to that one device.")
                 if not isinstance(state, Mapping) or set(state) != set(saved):
                     return Feedback(exercise, FAILED, "return the loaded state dict (a dict of "
                                     f"tensors with keys {sorted(saved)}); got "
@@ -183,13 +205,8 @@ def check_gpu_checkpoint(load_gpu_checkpoint: Callable, device: str | torch.devi
                 if landed != {str(target)} and not (
                         target.type == "cuda" and target.index is None
                         and all(t.device.type == "cuda" for t in state.values())):
-                    location = calls[-1].get("map_location") if calls else None
-                    why = ("the function ignores its `device` argument: "
-                           f"map_location={location!r} is fixed" if location is not None
-                           else "without map_location each tensor goes back to its saved tag")
-                    return Feedback(exercise, FAILED, f"asked for {device_name(target)}, the "
-                                    f"tensors landed on {', '.join(sorted(landed))}: {why}. "
-                                    "Pass map_location=device.")
+                    return Feedback(exercise, FAILED,
+                                    _landed_elsewhere(state, target, landed, location, moves))
                 if target.type != "meta" and any(
                         not torch.equal(state[key].cpu(), saved[key]) for key in saved):
                     return Feedback(exercise, FAILED, "the tensors you returned are not the "
@@ -203,6 +220,25 @@ def check_gpu_checkpoint(load_gpu_checkpoint: Callable, device: str | torch.devi
                                       "saved tag.")
 
 
+def _landed_elsewhere(state: Mapping, target: torch.device, landed: set[str], location,
+                      moves: list) -> str:
+    """Why the loaded tensors are not on ``target``: a move not kept, or the argument unused."""
+    asked = f"asked for {device_name(target)}, the tensors landed on {', '.join(sorted(landed))}"
+    if any(moved_and_dropped(moves, tensor, target) for tensor in state.values()):
+        return (f"{asked}: you called `.to(device)` on each tensor and threw the result away. "
+                "Tensor.to returns a new tensor and leaves the one in the dict where it was: "
+                "build a new dict, `{key: value.to(device) for key, value in state.items()}`, "
+                "or simply load with map_location=device.")
+    if callable(location):
+        why = "your map_location function puts storages there whatever device you ask for"
+    elif location is not None:
+        why = (f"the function ignores its `device` argument: map_location={location!r} "
+               "is fixed")
+    else:
+        why = "without map_location each tensor goes back to its saved tag"
+    return f"{asked}: {why}. Pass map_location=device."
+
+
 # --- Exercises 2 and 3: wrapper prefixes -------------------------------------------------
 
 
@@ -212,7 +248,8 @@ def _instrument(model: nn.Module) -> list[dict]:
     real = model.load_state_dict
 
     def recording(state_dict, strict=True, assign=False):
-        calls.append({"keys": list(state_dict), "strict": strict})
+        calls.append({"keys": list(state_dict) if isinstance(state_dict, Mapping) else [],
+                      "strict": strict})
         return real(state_dict, strict=strict, assign=assign)
 
     model.load_state_dict = recording  # type: ignore[method-assign]
@@ -227,6 +264,19 @@ def _prefix_mistake(keys: list[str], expected: list[str], prefix: str, strict: b
     hidden = (" and strict=False hid the mismatch: load_state_dict returns the missing and "
               "unexpected keys, and the weights it could not match stay random"
               if not strict else "")
+    for method in ("lstrip", "strip"):
+        stripped = {getattr(prefix + key, method)(prefix): key for key in expected
+                    if getattr(prefix + key, method)(prefix) != key}
+        chewed = [key for key in keys if key in stripped]
+        if chewed:
+            ends = "start" if method == "lstrip" else "ends"
+            return (f"key.{method}({prefix!r}) removes *characters*, any of "
+                    f"{''.join(sorted(set(prefix)))!r} from the {ends}, "
+                    f"not the prefix: {prefix + stripped[chewed[0]]!r} became {chewed[0]!r}"
+                    f"{hidden}. It looked right only for names that start with other letters "
+                    "(str.strip and str.lstrip both work this way). Strip the prefix itself: "
+                    f"key.removeprefix({prefix!r}) or "
+                    f"consume_prefix_in_state_dict_if_present(state_dict, {prefix!r}).")
     if mangled:
         return (f"key.replace({prefix!r}, '') removes {prefix!r} everywhere, also inside names: "
                 f"{prefix + replaced[mangled[0]]!r} became {mangled[0]!r}{hidden}. Strip only "
@@ -254,7 +304,7 @@ def _check_prefixed(exercise: str, loader: Callable, prefix: str, wrapper: str,
     state_calls = _instrument(model)
     try:
         with _recorded_loads() as load_calls:
-            _, error = _run(loader, path, model)
+            returned, error = _run(loader, path, model)
     except NotImplementedError:
         return not_attempted(exercise)
     except TypeError as error:
@@ -265,7 +315,7 @@ def _check_prefixed(exercise: str, loader: Callable, prefix: str, wrapper: str,
             mistake = _prefix_mistake(last["keys"], expected, prefix, last["strict"])
             if mistake:
                 return Feedback(exercise, FAILED, mistake)
-        return Feedback(exercise, FAILED, f"your function raised {_first_line(error)}")
+        return Feedback(exercise, FAILED, explain(error))
     if _unsafe_load(load_calls):
         return Feedback(exercise, FAILED, UNSAFE)
     wrong = [key for key, value in model.state_dict().items()
@@ -279,6 +329,17 @@ def _check_prefixed(exercise: str, loader: Callable, prefix: str, wrapper: str,
         return Feedback(exercise, FAILED, f"after loading, {wrong} still differ from the saved "
                                           "weights: load the stripped state dict into `model` "
                                           "itself with model.load_state_dict().")
+    if returned is not model:
+        if returned is None:
+            got = ("returned None: the weights are in `model`, but the function should hand "
+                   "it back. End with `return model`")
+        elif isinstance(returned, tuple) and hasattr(returned, "missing_keys"):
+            got = ("returned what load_state_dict returns (the missing and unexpected keys), "
+                   "not the model: load_state_dict works in place. Call it, then `return model`")
+        else:
+            got = (f"returned {type(returned).__name__}, not the model you were given. "
+                   "`return model`")
+        return Feedback(exercise, FAILED, f"the weights arrived, but your function {got}.")
     return Feedback(exercise, PASSED, f"every weight arrived. {wrapper} put {prefix!r} in front "
                                       "of each key; stripping only that leading prefix keeps "
                                       "inner names intact.")
@@ -356,11 +417,18 @@ def check_whole_model(load_whole_model_safely: Callable,
         grew = _forget(trusted)  # undo a process-wide allowlisting of the trusted classes
         ran_code = len(MARKERS) > markers_before
         del MARKERS[markers_before:]
-    if ran_code or _unsafe_load(calls):
+    if ran_code:
         return Feedback(exercise, FAILED, "your loader ran code hidden in the second file: "
                         "weights_only=False unpickles anything a file names (here a harmless "
                         "marker; in a hostile file, os.system). Keep weights_only=True and "
                         "allow only the trusted classes with torch.serialization.safe_globals.")
+    if _unsafe_load(calls):
+        return Feedback(exercise, FAILED, "no code from the second file ran this time, but your "
+                        "loader calls torch.load with weights_only=False, and that unpickler "
+                        "runs anything a file names: a file you did not list first, or a "
+                        "trusted class whose unpickling does more than set weights, runs "
+                        "unchecked. Keep weights_only=True and allow the trusted classes for "
+                        "this one load: `with torch.serialization.safe_globals(trusted):`.")
     if error is not None:
         if "Weights only load failed" in str(error) or "safe_globals" in str(error):
             return Feedback(exercise, FAILED, "the safe loader refused MysteryNet and Linear, "
@@ -368,7 +436,7 @@ def check_whole_model(load_whole_model_safely: Callable,
                             "the file asks for (get_unsafe_globals_in_checkpoint), then allow "
                             "the trusted classes for this one load: `with torch.serialization."
                             "safe_globals(trusted): torch.load(...)`.")
-        return Feedback(exercise, FAILED, f"loading the trusted file raised {_first_line(error)}")
+        return Feedback(exercise, FAILED, f"loading the trusted file: {explain(error)}")
     if grew:
         return Feedback(exercise, FAILED, "add_safe_globals allowlists the classes for every "
                         "later torch.load in this process, for files you never looked at. Use "
