@@ -168,7 +168,7 @@ def _describe(func, args, kwargs) -> str:
     """'aten.mm got mat1 on cpu, mat2 on meta' (argument names from the operator's schema)."""
     names = [a.name for a in func._schema.arguments]
     parts = []
-    for name, value in list(zip(names, args)) + list(kwargs.items()):
+    for name, value in list(zip(names, args, strict=False)) + list(kwargs.items()):
         found = list(_tensors([value]))
         if found:
             devices = sorted({str(t.device) + ("(0-dim)" if t.dim() == 0 else "") for t in found})

@@ -26,9 +26,8 @@ import json
 import os
 from pathlib import Path
 
-import pytest
-
 import accelerator_rules
+import pytest
 from accelerator_rules_known import KNOWN_VIOLATIONS
 
 RULES_FILE = Path(accelerator_rules.__file__).resolve()

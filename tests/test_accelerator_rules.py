@@ -13,14 +13,13 @@ import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import accelerator_rules as ar
 import nbformat
 import pytest
 import torch
+from accelerator_rules_known import KNOWN_VIOLATIONS
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
-
-import accelerator_rules as ar
-from accelerator_rules_known import KNOWN_VIOLATIONS
 
 ROOT = Path(__file__).resolve().parent.parent
 META = torch.device("meta")
