@@ -26,11 +26,11 @@ import json
 import os
 from pathlib import Path
 
-import accelerator_rules
 import pytest
 from accelerator_rules_known import KNOWN_VIOLATIONS
 
-RULES_FILE = Path(accelerator_rules.__file__).resolve()
+# The kernel loads this file; this process imports it (and so torch) only at the first cell.
+RULES_FILE = Path(__file__).resolve().parent / "accelerator_rules.py"
 TAG_PREFIX = "meta-only:"
 MODE_VAR, REPORT_VAR, KNOWN_VAR = "ACCELERATOR_RULES", "ACCELERATOR_RULES_REPORT", \
     "ACCELERATOR_RULES_KNOWN"
@@ -101,6 +101,8 @@ def pytest_runtest_call(item):
     mode = _mode()
     if mode == "off" or kernel is None or not hasattr(item, "cell") or not kernel.is_alive():
         return (yield)
+    import accelerator_rules
+
     notebook, cell_id = _label(item)
     where = f"{notebook} code cell {item.cell_num} (id {cell_id})"
     listed = set(_known().get(notebook, {}).get(cell_id, ()))
