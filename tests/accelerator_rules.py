@@ -334,8 +334,16 @@ class enforce:
 _KERNEL: list[enforce] = []
 
 
-def kernel_begin_cell(allowed: list[str]) -> None:
-    """Install the rules for good (first call), forget old violations, allow ``allowed``."""
+def kernel_begin_cell(allowed: list[str] | str) -> None:
+    """Install the rules for good (first call), forget old violations, allow ``allowed``.
+
+    ``allowed`` is a list of rule ids, or ``"all"``; an unknown rule id raises ValueError.
+    """
+    allowed = list(RULES) if allowed == "all" else allowed
+    unknown = set(allowed) - set(RULES)
+    if unknown:
+        raise ValueError(f"unknown accelerator rule(s) {sorted(unknown)}; "
+                         f"the rules are {sorted(RULES)}")
     if not _KERNEL:
         _KERNEL.append(enforce())
         _KERNEL[0].__enter__()

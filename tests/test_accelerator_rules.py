@@ -257,6 +257,7 @@ CELLS = [
     _cell("meta-raises-too", "torch.nn.Linear(3, 2, device=m)(torch.ones(1, 3))",
           tags=["raises-exception"],
           error=("RuntimeError", "Tensor on device meta is not on the expected device cpu!")),
+    _cell("unknown-tag", "x = 1", tags=["meta-only:float64"]),
     _cell("ledger", "from torch.utils._python_dispatch import TorchDispatchMode\n"
           "class Names(TorchDispatchMode):\n"
           "    def __torch_dispatch__(self, func, types, args=(), kwargs=None):\n"
@@ -270,6 +271,7 @@ EXPECTED = {  # cell id -> None (passes) or a phrase its failure must contain
     "stale": "no longer breaks 'mps-float64' (remove it from tests/accelerator_rules_known.py)",
     "swallowed": "'cuda-mixed-devices' broken: mm(...)",
     "meta-raises-too": None, "ledger": None,
+    "unknown-tag": "unknown accelerator rule(s) ['float64']",
 }
 
 
