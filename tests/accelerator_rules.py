@@ -227,6 +227,7 @@ class AcceleratorRules(TorchDispatchMode):
         return found
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        __tracebackhide__ = True  # IPython and pytest show the cell's line, not this frame
         kwargs = kwargs or {}
         mixed = self._mixed(func, args, kwargs) if "cuda-mixed-devices" in self.enabled else None
         try:
@@ -244,6 +245,7 @@ class AcceleratorRules(TorchDispatchMode):
         return out
 
     def _raise_unless_allowed(self, found: Violation) -> None:
+        __tracebackhide__ = True
         if not found.allowed:
             raise _ERRORS[found.rule](found.message())
 
