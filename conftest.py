@@ -7,6 +7,8 @@ are started by this process and inherit its environment.
 """
 
 import os
+import sys
+from pathlib import Path
 
 # The stored outputs were produced on the CPU (tools/run_notebooks.py). Pin the lessons'
 # device for the nbval kernels too, even on a machine with a GPU.
@@ -14,3 +16,12 @@ os.environ["LESSONS_DEVICE"] = "cpu"
 # Stored outputs show the widgets' plain-text form (utils/widgets.py); so must nbval's runs.
 # tests/test_browser.py removes this for its JupyterLab, where the real widgets must render.
 os.environ["LESSONS_WIDGETS"] = "text"
+
+# The accelerator-rules plugin and its list of known violations live in tests/ (maintainers
+# only); make them importable from here, so they also apply to a notebook run by itself.
+sys.path.insert(0, str(Path(__file__).resolve().parent / "tests"))
+
+
+def pytest_configure(config):
+    """Run every notebook cell under the rules of real accelerators (tests/accelerator_rules.py)."""
+    config.pluginmanager.import_plugin("accelerator_rules_plugin")
