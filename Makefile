@@ -12,8 +12,14 @@ STAMP7 := $(VENV7)/.installed
 IPYW7  := $(shell sed -n 's/^ipywidgets==\([^ ]*\).*/\1/p' requirements-ipywidgets7.txt)
 # Its other versions come from requirements.txt, the one source of versions.
 PINS7  := $(shell grep -oE '^(torch|numpy|matplotlib|pytest)==[^ ]+' requirements.txt)
+# A third environment with the next torch, a CUDA build (requirements-torch-next.txt). Its other
+# versions come from requirements.txt, less JupyterLab, Playwright and ruff (the browser and lint tests run once).
+VENVN  ?= .venv-torch-next
+STAMPN := $(VENVN)/.installed
+PINSN  := $(shell grep -oE '^[A-Za-z0-9_.-]+==[^ ]+' requirements.txt \
+                  | grep -vE '^(torch|jupyterlab|playwright|ruff)==')
 
-.PHONY: lab test test-ipywidgets7 install nav labs run-notebooks measure clean
+.PHONY: lab test test-ipywidgets7 test-torch-next install nav labs run-notebooks measure clean
 
 lab: $(STAMP)  ## Start JupyterLab on the notebooks
 	$(BIN)/jupyter lab --ServerApp.root_dir="$(CURDIR)" --port=$(PORT) \
@@ -26,6 +32,10 @@ test: $(STAMP) $(STAMP7)  ## Run the whole test suite (unit tests, notebooks, br
 test-ipywidgets7: $(STAMP7)  ## The widget tests again, with ipywidgets 7.7 as on Colab
 	EXPECT_IPYWIDGETS=$(IPYW7) $(VENV7)/bin/python -m pytest -o addopts="" -p no:cacheprovider \
 		-q -W ignore::DeprecationWarning tests/test_widgets.py
+
+test-torch-next: $(STAMPN)  ## Unit tests, every notebook and lab again, on the next torch (CUDA build)
+	$(VENVN)/bin/python -m pytest --ignore=tests/test_browser.py --ignore=tests/test_lint.py \
+		$(PYTEST_ARGS)
 
 install: $(STAMP)
 
@@ -41,6 +51,12 @@ $(STAMP7): requirements-ipywidgets7.txt requirements.txt pyproject.toml
 	$(VENV7)/bin/python -m pip install --quiet --no-deps -e .
 	touch $(STAMP7)
 
+$(STAMPN): requirements-torch-next.txt requirements.txt pyproject.toml
+	test -x $(VENVN)/bin/python || $(PYTHON) -m venv $(VENVN)
+	$(VENVN)/bin/python -m pip install --quiet -r requirements-torch-next.txt $(PINSN)
+	$(VENVN)/bin/python -m pip install --quiet --no-deps -e .
+	touch $(STAMPN)
+
 nav: $(STAMP)  ## Regenerate the README table and each notebook's badges and navigation
 	$(BIN)/python tools/build_nav.py
 
@@ -54,4 +70,4 @@ measure: $(STAMP)  ## Run All wall time and kernel peak RSS for each notebook
 	$(BIN)/python tools/measure_notebooks.py
 
 clean:
-	rm -rf $(VENV) $(VENV7) build *.egg-info .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(VENV7) $(VENVN) build *.egg-info .pytest_cache .ruff_cache

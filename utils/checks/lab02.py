@@ -14,6 +14,7 @@ from utils.checks.feedback import (
     attempt,
     device_name,
 )
+from utils.devices import unusable_device
 
 
 def check_where_is_it_now(predict: Callable[[], str], other: torch.device) -> Feedback:
@@ -51,7 +52,7 @@ def check_prepare(prepare: Callable, other: torch.device) -> Feedback:
     batch = torch.arange(6, dtype=torch.float32).reshape(2, 3)
     result, problem = attempt(exercise, prepare, batch, other)
     if problem is not None:
-        if "not compiled with CUDA" in problem.message or "cuda" in problem.message.lower():
+        if unusable_device(problem.message) is not None:  # .cuda() where there is no CUDA
             return Feedback(exercise, FAILED, f"{problem.message}. `.cuda()` names one kind of "
                                               "device; use `.to(device)` so the same code runs "
                                               "everywhere.")
