@@ -23,8 +23,8 @@ PINSN  := $(shell grep -oE '^[A-Za-z0-9_.-]+==[^ ]+' requirements.txt \
 
 # make lab TORCH=cpu: install PyTorch's CPU-only build from its own index instead of PyPI's torch,
 # which on Linux is the CUDA build (several GB of CUDA libraries a machine without an NVIDIA GPU
-# never uses). Same version as requirements.txt; pip falls back to its other sources when that
-# index cannot be reached. Leave TORCH unset for the default (requirements.txt as it is).
+# never uses). Same version as requirements.txt; only torch comes from that index (--no-deps), its
+# dependencies come with requirements.txt. Leave TORCH unset for the default (requirements.txt).
 TORCH  ?=
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 TORCH_PIN := $(shell grep -oE '^torch==[^ ]+' requirements.txt)
@@ -71,7 +71,7 @@ $(STAMP): requirements.txt pyproject.toml
 
 $(VENV)/.torch-cpu:
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --index-url $(TORCH_CPU_INDEX) "$(TORCH_PIN)+cpu"
+	$(BIN)/python -m pip install --quiet --no-deps --index-url $(TORCH_CPU_INDEX) "$(TORCH_PIN)+cpu"
 	touch $@
 
 $(STAMP7): requirements-ipywidgets7.txt requirements.txt pyproject.toml
