@@ -268,7 +268,8 @@ def unusable_device(error: BaseException | str) -> str | None:
     a CUDA build without a driver ("Found no NVIDIA driver on your system"), a driver
     without a usable GPU ("No CUDA GPUs are available"), MPS or XPU asked for where they
     are missing. So a CUDA error on a machine with a working GPU is never mistaken for
-    "no CUDA here". Used by the checks of labs 02 and 04; introduced in 00_devices.
+    "no CUDA here". Introduced in lab 02_copy_pitfall (its check of ``.cuda()``); lab 04's
+    checks use it too.
     """
     found = _no_device_case(error)
     if found is None or _count(found[0]):
@@ -289,7 +290,7 @@ def why_no_cuda() -> str | None:
     start, ``torch.cuda.init()``'s own error, sorted into the cases of
     :data:`NO_DEVICE_MESSAGES`. For example "this torch is a CPU-only build" or
     "CUDA build, but no NVIDIA driver found". Introduced in 00_devices (the
-    environment report).
+    environment report's CUDA line).
     """
     if _count("cuda"):
         return None
