@@ -12,8 +12,35 @@ STAMP7 := $(VENV7)/.installed
 IPYW7  := $(shell sed -n 's/^ipywidgets==\([^ ]*\).*/\1/p' requirements-ipywidgets7.txt)
 # Its other versions come from requirements.txt, the one source of versions.
 PINS7  := $(shell grep -oE '^(torch|numpy|matplotlib|pytest)==[^ ]+' requirements.txt)
+# A third environment with the next torch, a CUDA build (requirements-torch-next.txt). Its other
+# versions come from requirements.txt, less JupyterLab, Playwright and ruff (the browser and
+# lint tests run once, in .venv).
+VENVN  ?= .venv-torch-next
+STAMPN := $(VENVN)/.installed
+TORCHN := $(shell sed -n 's/^torch==\([^ ]*\).*/\1/p' requirements-torch-next.txt)
+PINSN  := $(shell grep -oE '^[A-Za-z0-9_.-]+==[^ ]+' requirements.txt \
+                  | grep -vE '^(torch|jupyterlab|playwright|ruff)==')
 
-.PHONY: lab test test-ipywidgets7 install nav labs run-notebooks measure clean
+# make lab TORCH=cpu: install PyTorch's CPU-only build from its own index instead of PyPI's torch,
+# which on Linux is the CUDA build (several GB of CUDA libraries a machine without an NVIDIA GPU
+# never uses). Same version as requirements.txt; only torch comes from that index (--no-deps), its
+# dependencies come with requirements.txt. Leave TORCH unset for the default (requirements.txt).
+TORCH  ?=
+TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
+TORCH_PIN := $(shell grep -oE '^torch==[^ ]+' requirements.txt)
+ifneq ($(filter-out cpu,$(TORCH)),)
+$(error TORCH=$(TORCH): use TORCH=cpu for PyTorch's CPU-only build, or leave TORCH unset)
+endif
+ifeq ($(TORCH),cpu)
+ifeq ($(shell uname -s),Darwin)
+$(info TORCH=cpu: not needed on a Mac, where PyPI's torch has no CUDA libraries; using the default.)
+else
+# The choice is remembered in .venv: switching to it rebuilds the environment's torch.
+$(STAMP): $(VENV)/.torch-cpu
+endif
+endif
+
+.PHONY: lab test test-ipywidgets7 test-torch-next install nav labs run-notebooks measure clean
 
 lab: $(STAMP) workspace  ## Copy what is new into my-work/ (never over your copies), start JupyterLab there
 	$(BIN)/jupyter lab --ServerApp.root_dir="$(CURDIR)" --port=$(PORT) \
@@ -37,19 +64,37 @@ test-ipywidgets7: $(STAMP7)  ## The widget tests again, with ipywidgets 7.7 as o
 	EXPECT_IPYWIDGETS=$(IPYW7) $(VENV7)/bin/python -m pytest -o addopts="" -p no:cacheprovider \
 		-q -W ignore::DeprecationWarning tests/test_widgets.py
 
+test-torch-next: $(STAMPN)  ## Unit tests, every notebook and lab again, on the next torch (CUDA build)
+	cat tests/nbval_sanitize.cfg tests/nbval_sanitize_torch_next.cfg > $(VENVN)/nbval_sanitize.cfg
+	EXPECT_TORCH=$(TORCHN) $(VENVN)/bin/python -m pytest \
+		--nbval-sanitize-with $(VENVN)/nbval_sanitize.cfg \
+		--ignore=tests/test_browser.py --ignore=tests/test_lint.py $(PYTEST_ARGS)
+
 install: $(STAMP)
 
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet -r requirements.txt
 	$(BIN)/python -m pip install --quiet --no-deps -e .
+	-$(BIN)/python tools/torch_build_hint.py $(VENV)
 	touch $(STAMP)
+
+$(VENV)/.torch-cpu:
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --no-deps --index-url $(TORCH_CPU_INDEX) "$(TORCH_PIN)+cpu"
+	touch $@
 
 $(STAMP7): requirements-ipywidgets7.txt requirements.txt pyproject.toml
 	test -x $(VENV7)/bin/python || $(PYTHON) -m venv $(VENV7)
 	$(VENV7)/bin/python -m pip install --quiet -r requirements-ipywidgets7.txt $(PINS7)
 	$(VENV7)/bin/python -m pip install --quiet --no-deps -e .
 	touch $(STAMP7)
+
+$(STAMPN): requirements-torch-next.txt requirements.txt pyproject.toml
+	test -x $(VENVN)/bin/python || $(PYTHON) -m venv $(VENVN)
+	$(VENVN)/bin/python -m pip install --quiet -r requirements-torch-next.txt $(PINSN)
+	$(VENVN)/bin/python -m pip install --quiet --no-deps -e .
+	touch $(STAMPN)
 
 nav: $(STAMP)  ## Regenerate the README table and each notebook's badges and navigation
 	$(BIN)/python tools/build_nav.py
@@ -64,4 +109,4 @@ measure: $(STAMP)  ## Run All wall time and kernel peak RSS for each notebook
 	$(BIN)/python tools/measure_notebooks.py
 
 clean:
-	rm -rf $(VENV) $(VENV7) build *.egg-info .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(VENV7) $(VENVN) build *.egg-info .pytest_cache .ruff_cache

@@ -182,3 +182,94 @@ def test_environment_report_on_a_mac_reports_mps(machine):
     report = utils.environment_report()
     assert "MPS available  : yes" in report
     assert "picked device  : mps:0" in report
+
+
+# --- the learner's case when CUDA is missing: asked of torch, named in the report ----------
+
+
+@pytest.fixture
+def build(monkeypatch):
+    """Pretend this torch is a given build: build(cuda='13.0', raises=RuntimeError('...'))."""
+
+    def configure(cuda: str | None = None, hip: str | None = None, mps: bool = False,
+                  xpu: str | None = None, raises: BaseException | None = None,
+                  driver: bool = False) -> None:
+        monkeypatch.setattr(torch.backends.cuda, "is_built", lambda: bool(cuda or hip))
+        monkeypatch.setattr(torch.version, "cuda", cuda)
+        monkeypatch.setattr(torch.version, "hip", hip)
+        monkeypatch.setattr(torch.version, "xpu", xpu, raising=False)
+        monkeypatch.setattr(torch.backends.mps, "is_built", lambda: mps)
+        monkeypatch.setattr(devices, "_nvidia_driver_present", lambda: driver)
+
+        def init() -> None:
+            if raises is not None:
+                raise raises
+
+        monkeypatch.setattr(torch.cuda, "init", init)
+
+    return configure
+
+
+NO_DRIVER = RuntimeError("Found no NVIDIA driver on your system. Please check that you have an "
+                         "NVIDIA GPU and installed a driver from "
+                         "http://www.nvidia.com/Download/index.aspx")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "line"),
+    [
+        ({}, "CUDA available : no (this torch is a CPU-only build)\n"),
+        ({"driver": True}, "no (this torch is built without CUDA, but this machine has an NVIDIA "
+                           "driver: install the CUDA build of torch to use the GPU"),
+        ({"cuda": "13.0", "raises": NO_DRIVER},
+         "CUDA available : no (CUDA build, but no NVIDIA driver found: lessons use the CPU)"),
+        ({"cuda": "13.0", "raises": RuntimeError("No CUDA GPUs are available")},
+         "no (CUDA build and an NVIDIA driver, but no GPU it can use (check CUDA_VISIBLE_DEVICES)"
+         ": lessons use the CPU)"),
+        ({"cuda": "13.0", "raises": RuntimeError(
+            "The NVIDIA driver on your system is too old (found version 11040). Please update")},
+         "no (CUDA build, but the NVIDIA driver is too old for it: lessons use the CPU)"),
+        ({"cuda": "13.0", "raises": RuntimeError("CUDA error: something new\nsecond line")},
+         "no (CUDA build, but CUDA cannot start here: CUDA error: something new: lessons use"),
+        ({"hip": "7.1", "raises": RuntimeError("No HIP GPUs are available")},
+         "no (ROCm build, but no AMD GPU found: lessons use the CPU)"),
+        ({"mps": True}, "CUDA available : no (this torch is built without CUDA: lessons use"),
+    ],
+    ids=["cpu-only build", "cpu-only build, NVIDIA driver", "CUDA build, no driver",
+         "driver, no GPU", "old driver", "unknown reason", "ROCm, no GPU", "Mac build"],
+)
+def test_environment_report_names_the_learners_case_when_cuda_is_missing(
+        machine, build, kwargs, line):
+    machine()
+    build(**kwargs)
+    assert line in utils.environment_report()
+
+
+def test_environment_report_names_mac_and_intel_builds_without_their_gpu(machine, build):
+    machine()
+    build(mps=True, xpu="20250201")
+    report = utils.environment_report()
+    assert "MPS available  : no (MPS build, but this Mac cannot use it: lessons use the CPU)" \
+        in report
+    assert "XPU available  : no (XPU build, but no Intel GPU found: lessons use the CPU)" \
+        in report
+
+
+def test_why_no_cuda_is_none_when_cuda_works(machine, build):
+    machine(cuda=1)
+    build(cuda="13.0", raises=NO_DRIVER)  # never asked: a working GPU needs no reason
+    assert utils.why_no_cuda() is None
+
+
+def test_why_no_cuda_names_this_torch_build_for_real():
+    """No mocks: the case this very torch is in (the CPU build, or the CUDA build in make
+    test-torch-next, which has no NVIDIA driver on CI)."""
+    if torch.cuda.is_available():
+        assert utils.why_no_cuda() is None
+    elif not torch.backends.cuda.is_built():
+        assert utils.why_no_cuda() == "this torch is a CPU-only build"
+    else:
+        with pytest.raises(Exception) as raised:  # noqa: B017 - PyTorch's own error, any type
+            torch.ones(1).cuda()
+        assert utils.why_no_cuda() == devices._no_device_case(raised.value)[1]
+        assert f"({utils.why_no_cuda()}: lessons use the CPU)" in utils.environment_report()

@@ -26,6 +26,8 @@ from utils.devices import (
     parse_device,
     pick_device,
     second_device,
+    unusable_device,
+    why_no_cuda,
 )
 from utils.ops import aten_ops
 from utils.placement import Finding, Placement, audit, placement_figure, where
@@ -66,7 +68,9 @@ __all__ = [
     "second_device",
     "strip_prefix",
     "strip_wrapper_prefixes",
+    "unusable_device",
     "view_placement",
     "where",
+    "why_no_cuda",
     "widget_mode",
 ]

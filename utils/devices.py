@@ -44,6 +44,51 @@ class DeviceNotAvailableError(RuntimeError):
     """A device string that PyTorch understands, naming a device this machine lacks."""
 
 
+_CPU_ONLY = "this torch is a CPU-only build"
+_NO_CUDA_BUILT = "this torch is built without CUDA"
+_NO_DRIVER = "CUDA build, but no NVIDIA driver found"
+_OLD_DRIVER = "CUDA build, but the NVIDIA driver is too old for it"
+_NO_GPU = "CUDA build and an NVIDIA driver, but no GPU it can use (check CUDA_VISIBLE_DEVICES)"
+_NO_MPS_BUILT = "this torch is built without MPS"
+_NO_XPU_BUILT = "this torch is built without XPU"
+_NO_XPU = "XPU build, but no Intel GPU found"
+
+#: What PyTorch says when code asks for a device this machine cannot use: a phrase of the
+#: message, the device type it concerns, and the learner's case it reveals. The phrases are
+#: PyTorch's own (torch/cuda/__init__.py, c10/cuda/CUDAFunctions.cpp, c10/xpu/XPUFunctions.cpp,
+#: aten/src/ATen/mps/EmptyTensor.cpp, the CUDA runtime's error strings); they are matched
+#: ignoring case, because PyTorch has changed their capitals between releases.
+NO_DEVICE_MESSAGES: tuple[tuple[str, str, str], ...] = (
+    # a CPU-only (or Mac) build: CUDA is not compiled in
+    ("Torch not compiled with CUDA enabled", "cuda", _NO_CUDA_BUILT),
+    ("PyTorch is not linked with support for cuda devices", "cuda", _NO_CUDA_BUILT),
+    # a CUDA build (what `pip install torch` gives on Linux) on a machine without a GPU
+    ("Found no NVIDIA driver on your system", "cuda", _NO_DRIVER),
+    # a CUDA build with a driver older than the CUDA it was built for
+    ("The NVIDIA driver on your system is too old", "cuda", _OLD_DRIVER),
+    ("CUDA driver version is insufficient", "cuda", _OLD_DRIVER),
+    # a driver, but no device it can use (none installed, or CUDA_VISIBLE_DEVICES hides them)
+    ("No CUDA GPUs are available", "cuda", _NO_GPU),
+    ("no CUDA-capable device is detected", "cuda", _NO_GPU),
+    ("CUDA driver initialization failed", "cuda",
+     "CUDA build, but the NVIDIA driver failed to start"),
+    # a ROCm build (AMD GPUs use the name cuda) without an AMD GPU
+    ("No HIP GPUs are available", "cuda", "ROCm build, but no AMD GPU found"),
+    # MPS asked for on a build without it (Linux, Windows), or on a Mac that cannot run it
+    ("PyTorch is not linked with support for mps devices", "mps", _NO_MPS_BUILT),
+    ("PyTorch code is not compiled with MPS enabled", "mps", _NO_MPS_BUILT),
+    ("without MPS backend", "mps", _NO_MPS_BUILT),
+    ("with arguments from the 'MPS' backend", "mps", _NO_MPS_BUILT),
+    ("The MPS backend is supported on macOS", "mps",
+     "MPS build, but this Mac cannot run it (too old a macOS, or no Metal GPU)"),
+    # XPU (Intel GPUs) asked for on a build without it, or without an Intel GPU
+    ("Torch not compiled with XPU enabled", "xpu", _NO_XPU_BUILT),
+    ("PyTorch is not linked with support for xpu devices", "xpu", _NO_XPU_BUILT),
+    ("No XPU devices are available", "xpu", _NO_XPU),
+    ("you might not have an XPU device", "xpu", _NO_XPU),
+)
+
+
 def _count(device_type: str) -> int:
     """Number of usable devices of ``device_type`` on this machine (0 when none)."""
     if device_type in ("cpu", "meta"):
@@ -202,6 +247,73 @@ def second_device(device: str | torch.device | None = None) -> torch.device:
     return device if is_accelerator(device) else torch.device("meta")
 
 
+def _no_device_case(error: BaseException | str) -> tuple[str, str] | None:
+    """(device type, case) of the first :data:`NO_DEVICE_MESSAGES` entry ``error`` matches."""
+    text = str(error).casefold()
+    for phrase, device_type, case in NO_DEVICE_MESSAGES:
+        if phrase.casefold() in text:
+            return device_type, case
+    return None
+
+
+def unusable_device(error: BaseException | str) -> str | None:
+    """Return the device type (``'cuda'``, ``'mps'``, ``'xpu'``) that ``error`` says is missing.
+
+    ``error`` is an exception, or its message, raised by code that asked for a device:
+    typically a learner's hard-coded ``.cuda()`` or ``'cuda'``. Returns None when the
+    error is about something else. Asks torch first: only a device type this machine
+    really cannot use (``torch.cuda.is_available()`` and its MPS and XPU twins are False)
+    is considered, and then PyTorch's message must be one of its forms for that type in
+    :data:`NO_DEVICE_MESSAGES`: a CPU-only build ("Torch not compiled with CUDA enabled"),
+    a CUDA build without a driver ("Found no NVIDIA driver on your system"), a driver
+    without a usable GPU ("No CUDA GPUs are available"), MPS or XPU asked for where they
+    are missing. So a CUDA error on a machine with a working GPU is never mistaken for
+    "no CUDA here". Introduced in lab 02_copy_pitfall (its check of ``.cuda()``); lab 04's
+    checks use it too.
+    """
+    found = _no_device_case(error)
+    if found is None or _count(found[0]):
+        return None
+    return found[0]
+
+
+def _nvidia_driver_present() -> bool:
+    """True when the Linux NVIDIA kernel driver is loaded (its /proc entry exists)."""
+    return os.path.exists("/proc/driver/nvidia/version")
+
+
+def why_no_cuda() -> str | None:
+    """Return why this machine cannot use CUDA, as one phrase, or None when it can.
+
+    Asks torch: ``torch.cuda.is_available()``, then ``torch.backends.cuda.is_built()``
+    (and ``torch.version.hip`` for ROCm builds), and, for a CUDA build that cannot
+    start, ``torch.cuda.init()``'s own error, sorted into the cases of
+    :data:`NO_DEVICE_MESSAGES`. For example "this torch is a CPU-only build" or
+    "CUDA build, but no NVIDIA driver found". Introduced in 00_devices (the
+    environment report's CUDA line).
+    """
+    if _count("cuda"):
+        return None
+    if not torch.backends.cuda.is_built():
+        if _nvidia_driver_present():
+            return (f"{_NO_CUDA_BUILT}, but this machine has an NVIDIA driver: install "
+                    "the CUDA build of torch to use the GPU")
+        mps = getattr(torch.backends, "mps", None)
+        if (mps is not None and mps.is_built()) or getattr(torch.version, "xpu", None):
+            return _NO_CUDA_BUILT  # a Mac (MPS) or Intel GPU (XPU) build
+        return _CPU_ONLY
+    build = "ROCm" if getattr(torch.version, "hip", None) else "CUDA"
+    try:
+        torch.cuda.init()
+    except Exception as error:  # PyTorch says why; its words decide the case
+        found = _no_device_case(error)
+        if found is not None:
+            return found[1]
+        said = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        return f"{build} build, but CUDA cannot start here: {said}"
+    return f"{build} build, but no usable GPU was found"
+
+
 def describe_device(device: str | torch.device) -> str:
     """Return one line saying what ``device`` is, for notebook output.
 
@@ -237,38 +349,53 @@ def environment_report() -> str:
     """Return a short text report of this machine for a notebook's setup cell.
 
     Lines: Python, torch (and its CUDA build), CUDA / MPS / XPU availability with
-    device names, the picked and second device, ipywidgets and matplotlib
-    versions, and what is missing for the GPU-only lessons.
+    device names, or the learner's case when one is missing (e.g. "CUDA build, but
+    no NVIDIA driver found: lessons use the CPU", from :func:`why_no_cuda`), the
+    picked and second device, ipywidgets and matplotlib versions, and what is
+    missing for the GPU-only lessons.
     Introduced in 00_devices.
     """
+    override = os.environ.get(DEVICE_ENV_VAR, "").strip()
+    picked = pick_device()
+    why = f"set by {DEVICE_ENV_VAR}={override}" if override else "the best one available"
+    second = second_device(picked)
+    on_cpu = ": lessons use the CPU" if picked.type == "cpu" else ""
+
     cuda_count = _count("cuda")
+    no_cuda = why_no_cuda()
     if cuda_count:
         names = ", ".join(
             f"cuda:{i} {torch.cuda.get_device_name(i)}" for i in range(cuda_count)
         )
         cuda_line = f"yes, {cuda_count} device(s): {names}"
-    elif torch.version.cuda is None and getattr(torch.version, "hip", None) is None:
-        cuda_line = "no (this torch is a CPU-only build)"
+    elif no_cuda == _CPU_ONLY:
+        cuda_line = f"no ({no_cuda})"  # the CPU-only build's line, as stored in the notebooks
     else:
-        cuda_line = "no (this torch supports CUDA, but no GPU or driver was found)"
+        cuda_line = f"no ({no_cuda}{on_cpu})"
 
     mps = getattr(torch.backends, "mps", None)
     if _count("mps"):
         mps_line = "yes"
     elif mps is not None and mps.is_built():
-        mps_line = "no (built with MPS, but this Mac cannot use it)"
+        mps_line = f"no (MPS build, but this Mac cannot use it{on_cpu})"
     else:
         mps_line = "no (not an Apple silicon build)"
 
     xpu_count = _count("xpu")
-    xpu_line = f"yes, {xpu_count} device(s)" if xpu_count else "no"
+    xpu = getattr(torch, "xpu", None)
+    if xpu_count:
+        xpu_line = f"yes, {xpu_count} device(s)"
+    elif xpu is not None and getattr(torch.version, "xpu", None):
+        xpu_line = f"no (XPU build, but no Intel GPU found{on_cpu})"
+    else:
+        xpu_line = "no"
 
-    override = os.environ.get(DEVICE_ENV_VAR, "").strip()
-    picked = pick_device()
-    why = f"set by {DEVICE_ENV_VAR}={override}" if override else "the best one available"
-    second = second_device(picked)
-
-    build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "CPU-only or non-CUDA build"
+    if torch.version.cuda:
+        build = f"CUDA {torch.version.cuda}"
+    elif getattr(torch.version, "hip", None):
+        build = f"ROCm {torch.version.hip}"
+    else:
+        build = "CPU-only or non-CUDA build"
     rows = [
         ("Python", f"{platform.python_version()} ({sys.platform})"),
         ("torch", f"{torch.__version__} ({build})"),

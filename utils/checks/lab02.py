@@ -17,6 +17,7 @@ from utils.checks.feedback import (
     rebinds,
     recorded_to_calls,
 )
+from utils.devices import unusable_device
 
 
 def check_where_is_it_now(predict: Callable[[], str], other: torch.device) -> Feedback:
@@ -56,7 +57,7 @@ def check_prepare(prepare: Callable, other: torch.device) -> Feedback:
     with recorded_to_calls() as moves:
         result, problem = attempt(exercise, prepare, batch, other)
     if problem is not None:
-        if "not compiled with CUDA" in problem.message or "cuda" in problem.message.lower():
+        if unusable_device(problem.message) is not None:  # .cuda() where there is no CUDA
             return Feedback(exercise, FAILED, f"{problem.message.rstrip('.')}. `.cuda()` names "
                                               "one kind of device; use `.to(device)` so the same "
                                               "code runs everywhere.")

@@ -33,6 +33,7 @@ from utils.checks.feedback import (
     reads_outer_name,
     rebinds,
 )
+from utils.devices import unusable_device
 from utils.placement import IN_DICT, IN_LIST, TENSOR_ATTRIBUTE, audit
 
 #: The class weights of the lab's loss (class 1 is rarer, so it counts twice).
@@ -40,8 +41,7 @@ CLASS_WEIGHTS = (1.0, 2.0, 1.0)
 
 _MISMATCH = ("Expected all tensors to be on the same device", "is not on the expected device",
              "should be the same")
-_HARD_CODED = ("not compiled with CUDA", "not linked with support for", "no CUDA GPUs",
-               "Found no NVIDIA driver", "Invalid device")
+_HARD_CODED = ("Invalid device",)  # besides every "no such device here" (unusable_device)
 
 
 class _NotAttempted(Exception):
@@ -89,7 +89,8 @@ def _is_mismatch(error: BaseException | None) -> bool:
 
 
 def _is_hard_coded(error: BaseException | None) -> bool:
-    return error is not None and any(text in str(error) for text in _HARD_CODED)
+    return error is not None and (unusable_device(error) is not None
+                                  or any(text in str(error) for text in _HARD_CODED))
 
 
 def _names_a_third_device(error: BaseException | None, target: torch.device) -> bool:
