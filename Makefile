@@ -12,20 +12,33 @@ STAMP7 := $(VENV7)/.installed
 IPYW7  := $(shell sed -n 's/^ipywidgets==\([^ ]*\).*/\1/p' requirements-ipywidgets7.txt)
 # Its other versions come from requirements.txt, the one source of versions.
 PINS7  := $(shell grep -oE '^(torch|numpy|matplotlib|pytest)==[^ ]+' requirements.txt)
+# The teacher's environment: everything a learner has plus nbgrader (requirements-teacher.txt).
+VENVT  ?= .venv-teacher
+STAMPT := $(VENVT)/.installed
+COURSE ?= course
 
-.PHONY: lab test test-ipywidgets7 install nav labs run-notebooks measure clean
+.PHONY: lab test test-ipywidgets7 test-classroom teacher classroom install nav labs run-notebooks measure clean
 
 lab: $(STAMP)  ## Start JupyterLab on the notebooks
 	$(BIN)/jupyter lab --ServerApp.root_dir="$(CURDIR)" --port=$(PORT) \
 		--LabApp.default_url=/lab/tree/notebooks $(ROOT_FLAG) $(LAB_ARGS)
 
-test: $(STAMP) $(STAMP7)  ## Run the whole test suite (unit tests, notebooks, browser, widgets on 7)
+test: $(STAMP) $(STAMP7) $(STAMPT)  ## Run the whole test suite (unit tests, notebooks, browser, widgets on 7, nbgrader)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 	$(MAKE) --no-print-directory test-ipywidgets7
+	$(MAKE) --no-print-directory test-classroom
 
 test-ipywidgets7: $(STAMP7)  ## The widget tests again, with ipywidgets 7.7 as on Colab
 	EXPECT_IPYWIDGETS=$(IPYW7) $(VENV7)/bin/python -m pytest -o addopts="" -p no:cacheprovider \
 		-q -W ignore::DeprecationWarning tests/test_widgets.py
+
+test-classroom: $(STAMPT)  ## nbgrader generates, autogrades and returns feedback on every lab
+	$(VENVT)/bin/python -m pytest -o addopts="" -p no:cacheprovider -q -n 2 tests/classroom
+
+teacher: $(STAMPT)  ## Build .venv-teacher: the learner's environment plus nbgrader
+
+classroom: $(STAMPT)  ## An nbgrader course folder with every lab released (COURSE=course)
+	$(VENVT)/bin/python tools/classroom.py $(COURSE)
 
 install: $(STAMP)
 
@@ -41,6 +54,12 @@ $(STAMP7): requirements-ipywidgets7.txt requirements.txt pyproject.toml
 	$(VENV7)/bin/python -m pip install --quiet --no-deps -e .
 	touch $(STAMP7)
 
+$(STAMPT): requirements-teacher.txt requirements.txt pyproject.toml
+	test -x $(VENVT)/bin/python || $(PYTHON) -m venv $(VENVT)
+	$(VENVT)/bin/python -m pip install --quiet -r requirements.txt -r requirements-teacher.txt
+	$(VENVT)/bin/python -m pip install --quiet --no-deps -e .
+	touch $(STAMPT)
+
 nav: $(STAMP)  ## Regenerate the README table and each notebook's badges and navigation
 	$(BIN)/python tools/build_nav.py
 
@@ -54,4 +73,4 @@ measure: $(STAMP)  ## Run All wall time and kernel peak RSS for each notebook
 	$(BIN)/python tools/measure_notebooks.py
 
 clean:
-	rm -rf $(VENV) $(VENV7) build *.egg-info .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(VENV7) $(VENVT) build *.egg-info .pytest_cache .ruff_cache

@@ -10,8 +10,8 @@ misconception in the feedback nbgrader generates).
 from __future__ import annotations
 
 import html
-import re
 import os
+import re
 import sys
 from pathlib import Path
 

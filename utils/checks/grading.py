@@ -69,5 +69,6 @@ def graded(check: Callable[..., Feedback]) -> Callable[..., Feedback]:
 def make_checks_gradable(namespace: dict) -> None:
     """Wrap, in place, every ``check_*`` function of ``namespace`` (a module's globals)."""
     for name, value in list(namespace.items()):
-        if name.startswith("check_") and callable(value) and not hasattr(value, "__wrapped_check__"):
+        wrapped = hasattr(value, "__wrapped_check__")
+        if name.startswith("check_") and callable(value) and not wrapped:
             namespace[name] = graded(value)
