@@ -23,15 +23,16 @@ lab: $(STAMP)  ## Start JupyterLab on the notebooks
 	$(BIN)/jupyter lab --ServerApp.root_dir="$(CURDIR)" --port=$(PORT) \
 		--LabApp.default_url=/lab/tree/notebooks $(ROOT_FLAG) $(LAB_ARGS)
 
-test: $(STAMP) $(STAMP7) $(STAMPT)  ## Run the whole test suite (unit tests, notebooks, browser, widgets on 7, nbgrader)
+test: $(STAMP) $(STAMP7)  ## Run the whole test suite (unit tests, notebooks, browser, widgets on 7)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 	$(MAKE) --no-print-directory test-ipywidgets7
-	$(MAKE) --no-print-directory test-classroom
 
 test-ipywidgets7: $(STAMP7)  ## The widget tests again, with ipywidgets 7.7 as on Colab
 	EXPECT_IPYWIDGETS=$(IPYW7) $(VENV7)/bin/python -m pytest -o addopts="" -p no:cacheprovider \
 		-q -W ignore::DeprecationWarning tests/test_widgets.py
 
+# Not part of `make test` (it would add about 100 s of CPU, about 50 s on two idle cores);
+# .ci/run runs it after `make test`.
 test-classroom: $(STAMPT)  ## nbgrader generates, autogrades and returns feedback on every lab
 	$(VENVT)/bin/python -m pytest -o addopts="" -p no:cacheprovider -q -n 2 tests/classroom
 

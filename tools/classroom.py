@@ -27,8 +27,16 @@ import build_nav  # noqa: E402
 import lessons  # noqa: E402
 import nbgrader_cells  # noqa: E402
 
+COURSE_ID = "device-placement"
 CONFIG = '''\
 # nbgrader's configuration for this course, written by tools/classroom.py (edit freely).
+import os
+
+# The kernels nbgrader starts inherit these: grade every submission on the CPU (with meta
+# as the second device), whatever the grading machine has, and show quizzes as text.
+os.environ.setdefault("LESSONS_DEVICE", "cpu")
+os.environ.setdefault("LESSONS_WIDGETS", "text")
+
 c = get_config()  # noqa: F821 - nbgrader provides get_config
 c.CourseDirectory.root = {root!r}
 c.CourseDirectory.course_id = {course!r}
@@ -64,7 +72,7 @@ def select(numbers: list[str]) -> list[Path]:
     return chosen
 
 
-def write_sources(course: Path, labs: list[Path], course_id: str = "device-placement") -> None:
+def write_sources(course: Path, labs: list[Path], course_id: str = COURSE_ID) -> None:
     """Write ``course/source/NN_topic/NN_topic.ipynb`` for each lab, and a config if none."""
     course.mkdir(parents=True, exist_ok=True)
     config = course / "nbgrader_config.py"
