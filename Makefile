@@ -39,8 +39,13 @@ else
 $(STAMP): $(VENV)/.torch-cpu
 endif
 endif
+# The teacher's environment: everything a learner has plus nbgrader (requirements-teacher.txt).
+VENVT  ?= .venv-teacher
+STAMPT := $(VENVT)/.installed
+COURSE ?= course
 
-.PHONY: lab test test-ipywidgets7 test-torch-next install nav labs run-notebooks measure clean
+
+.PHONY: lab test test-ipywidgets7 test-torch-next test-classroom teacher classroom install nav labs run-notebooks measure clean
 
 lab: $(STAMP) workspace  ## Copy what is new into my-work/ (never over your copies), start JupyterLab there
 	$(BIN)/jupyter lab --ServerApp.root_dir="$(CURDIR)" --port=$(PORT) \
@@ -69,6 +74,15 @@ test-torch-next: $(STAMPN)  ## Unit tests, every notebook and lab again, on the 
 	EXPECT_TORCH=$(TORCHN) $(VENVN)/bin/python -m pytest \
 		--nbval-sanitize-with $(VENVN)/nbval_sanitize.cfg \
 		--ignore=tests/test_browser.py --ignore=tests/test_lint.py $(PYTEST_ARGS)
+# Not part of `make test` (it would add about 100 s of CPU, about 50 s on two idle cores);
+# .ci/run runs it after `make test`.
+test-classroom: $(STAMPT)  ## nbgrader generates, autogrades and returns feedback on every lab
+	$(VENVT)/bin/python -m pytest -o addopts="" -p no:cacheprovider -q -n 2 tests/classroom
+
+teacher: $(STAMPT)  ## Build .venv-teacher: the learner's environment plus nbgrader
+
+classroom: $(STAMPT)  ## An nbgrader course folder with every lab released (COURSE=course)
+	$(VENVT)/bin/python tools/classroom.py $(COURSE)
 
 install: $(STAMP)
 
@@ -95,6 +109,11 @@ $(STAMPN): requirements-torch-next.txt requirements.txt pyproject.toml
 	$(VENVN)/bin/python -m pip install --quiet -r requirements-torch-next.txt $(PINSN)
 	$(VENVN)/bin/python -m pip install --quiet --no-deps -e .
 	touch $(STAMPN)
+$(STAMPT): requirements-teacher.txt requirements.txt pyproject.toml
+	test -x $(VENVT)/bin/python || $(PYTHON) -m venv $(VENVT)
+	$(VENVT)/bin/python -m pip install --quiet -r requirements.txt -r requirements-teacher.txt
+	$(VENVT)/bin/python -m pip install --quiet --no-deps -e .
+	touch $(STAMPT)
 
 nav: $(STAMP)  ## Regenerate the README table and each notebook's badges and navigation
 	$(BIN)/python tools/build_nav.py
@@ -109,4 +128,4 @@ measure: $(STAMP)  ## Run All wall time and kernel peak RSS for each notebook
 	$(BIN)/python tools/measure_notebooks.py
 
 clean:
-	rm -rf $(VENV) $(VENV7) $(VENVN) build *.egg-info .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(VENV7) $(VENVN) $(VENVT) build *.egg-info .pytest_cache .ruff_cache

@@ -26,3 +26,12 @@ def test_environment_yml_pins_the_same_versions_as_requirements_txt():
 
 def test_torch_is_pinned_to_the_cpu_wheel_version():
     assert _pins((ROOT / "requirements.txt").read_text())["torch"] == "2.13.0"
+
+
+def test_teacher_extras_are_pinned_exactly_and_repeat_no_learner_pin():
+    text = (ROOT / "requirements-teacher.txt").read_text()
+    for line in text.splitlines():
+        if line.strip() and not line.startswith("#"):
+            assert "==" in line and "#" in line, f"pin it exactly, with a reason: {line!r}"
+    assert "nbgrader" in _pins(text)
+    assert not set(_pins(text)) & set(_pins((ROOT / "requirements.txt").read_text()))

@@ -9,7 +9,10 @@ nbgrader-compatible markers::
 
 In the student version labs/NN_topic.ipynb each such region becomes nbgrader's stub
 (``# YOUR CODE HERE`` and ``raise NotImplementedError()``), so the lab's checks
-report "not attempted yet" until the learner writes code. Usage:
+report "not attempted yet" until the learner writes code. The solution labs also get
+nbgrader's cell metadata (tools/nbgrader_cells.py), so each is an nbgrader source notebook;
+nbgrader's own ``generate_assignment`` makes the same student version (tests/classroom/).
+Usage:
 
     python tools/build_labs.py            # regenerate and re-run every lab
     python tools/build_labs.py --check    # exit 1 if a student lab is stale
@@ -36,6 +39,7 @@ import nbformat
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import build_nav  # noqa: E402
 import lessons  # noqa: E402
+import nbgrader_cells  # noqa: E402
 import run_notebooks  # noqa: E402
 import workspace  # noqa: E402
 
@@ -62,6 +66,7 @@ def student_version(solution: nbformat.NotebookNode) -> nbformat.NotebookNode:
     """Return the student notebook for ``solution``: solutions stubbed, outputs cleared."""
     student = nbformat.from_dict(solution)
     for cell in student.cells:
+        cell.metadata.pop("nbgrader", None)  # a learner's lab is a plain notebook
         if cell.cell_type == "code":
             cell.source = strip_solutions(cell.source)
             cell.outputs = []
@@ -130,13 +135,21 @@ def backup(student_path: Path) -> Path:
     shutil.copy2(student_path, kept)
     return kept
 
+def _grading(notebook: nbformat.NotebookNode) -> list[dict | None]:
+    """Each cell's nbgrader metadata (None where it has none)."""
+    return [c.metadata.get("nbgrader") for c in notebook.cells]
+
 
 def stale_labs() -> list[Path]:
-    """Return the student labs whose cells differ from what their solution generates."""
+    """Return the labs that differ from what ``make labs`` writes: a student lab whose cells
+    differ from what its solution generates, or a solution lab whose nbgrader metadata does."""
     stale = []
     for solution_path in lessons.solution_labs():
         student_path = lessons.LABS / solution_path.name
-        expected = _sources(student_version(nbformat.read(solution_path, as_version=4)))
+        solution = nbformat.read(solution_path, as_version=4)
+        if _grading(solution) != _grading(nbgrader_cells.with_nbgrader_metadata(solution)):
+            stale.append(solution_path)
+        expected = _sources(student_version(solution))
         if not student_path.exists():
             stale.append(student_path)
         elif _sources(nbformat.read(student_path, as_version=4)) != expected:
@@ -145,7 +158,10 @@ def stale_labs() -> list[Path]:
 
 
 def build(solution_path: Path) -> None:
-    """Run the solution in place, then write and run its student version."""
+    """Write nbgrader metadata into the solution and run it in place, then write and run its
+    student version."""
+    source = nbgrader_cells.with_nbgrader_metadata(nbformat.read(solution_path, as_version=4))
+    solution_path.write_text(build_nav.serialize(source), encoding="utf-8")
     solution = run_notebooks.execute(solution_path)
     solution_path.write_text(build_nav.serialize(solution), encoding="utf-8")
     student_path = lessons.LABS / solution_path.name

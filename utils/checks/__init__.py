@@ -58,3 +58,8 @@ __all__ = [
     "tiny_training",
     "train_epoch",
 ]
+
+# Under nbgrader (and only there) a check that is not passed raises, so nbgrader scores it.
+from utils.checks.grading import make_checks_gradable  # noqa: E402
+
+make_checks_gradable(globals())
