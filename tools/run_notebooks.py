@@ -36,6 +36,9 @@ def execute(path: Path, timeout: int = 300) -> nbformat.NotebookNode:
         kernel_name="python3",
         resources={"metadata": {"path": str(path.parent)}},
         record_timing=False,
+        # The kernel's own log (a transport warning per start) is noise here, as in
+        # tools/measure_notebooks.py; the notebook's outputs are unaffected.
+        extra_arguments=["--IPKernelApp.log_level=ERROR"],
     )
     client.execute()
     return notebook
