@@ -27,8 +27,10 @@ from utils.devices import (
     pick_device,
     second_device,
 )
+from utils.footprint import Footprint, footprint
 from utils.ops import aten_ops
 from utils.placement import Finding, Placement, audit, placement_figure, where
+from utils.traffic import Copy, Ledger, Wait, format_bytes
 from utils.widgets import (
     WIDGETS_ENV_VAR,
     explore_save_load,
@@ -40,11 +42,15 @@ from utils.widgets import (
 __all__ = [
     "CheckpointError",
     "CheckpointInfo",
+    "Copy",
     "DEVICE_ENV_VAR",
     "DeviceNotAvailableError",
     "Finding",
+    "Footprint",
+    "Ledger",
     "Placement",
     "TensorEntry",
+    "Wait",
     "UnsafeCheckpointError",
     "WIDGETS_ENV_VAR",
     "add_prefix",
@@ -55,6 +61,8 @@ __all__ = [
     "describe_device",
     "environment_report",
     "explore_save_load",
+    "footprint",
+    "format_bytes",
     "inspect_checkpoint",
     "is_accelerator",
     "parse_device",

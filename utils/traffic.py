@@ -44,6 +44,7 @@ _DATA_DEPENDENT = {
     "aten::unique_consecutive": "unique_consecutive() (its size depends on the data)",
     "aten::repeat_interleave": "repeat_interleave() (its size depends on the data)",
 }
+_BOOLEAN_MASK = "boolean-mask indexing (its size depends on the data)"
 #: Python-level factories that build on the host and copy, unseen at the ATen level.
 _HOST_BUILT = {torch.tensor, torch.asarray, torch.Tensor.new_tensor}
 
@@ -165,6 +166,13 @@ class _DispatchSide(TorchDispatchMode):
         super().__init__()
         self.ledger = ledger
 
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # Otherwise (torch 2.12+) the mode's __torch_dispatch__ is wrapped in
+        # torch._dynamo.disable, whose first call imports torch._dynamo: seconds of start-up
+        # for a ledger that compiles nothing.
+        return False
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         name = func._schema.name
@@ -179,7 +187,7 @@ class _DispatchSide(TorchDispatchMode):
                 self.ledger._wait(devices[0], _DATA_DEPENDENT[name])
             elif name == "aten::index" and any(
                     isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in args[1]):
-                self.ledger._wait(devices[0], "boolean-mask indexing (its size depends on the data)")
+                self.ledger._wait(devices[0], _BOOLEAN_MASK)
         result = func(*args, **kwargs)
         if devices:
             for tensor in tensors:  # a CPU index tensor is copied to the device for you
