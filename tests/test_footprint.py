@@ -113,3 +113,23 @@ def test_bad_input_says_what_to_pass(model, optimizer, message):
 def test_inputs_must_be_tensors():
     with pytest.raises(TypeError, match="tensor or a tuple of tensors, got list"):
         footprint(nn.Linear(2, 2), [[1.0, 2.0]])
+
+
+def test_a_tensor_saved_by_two_layers_counts_once():
+    # ReLU saves its output, and the next Linear saves the same tensor as its input
+    result = footprint(mlp(32, 3), torch.randn(8, 32))
+    assert result.activations == 2 * 8 * 32 * FLOAT
+
+
+def test_parameters_that_share_one_storage_count_it_once():
+    class Halves(nn.Module):
+        def __init__(self):
+            super().__init__()
+            base = torch.zeros(20, 4, device="meta")
+            self.first, self.second = nn.Parameter(base[:10]), nn.Parameter(base[10:])
+
+        def forward(self, x):
+            return x @ self.first.T + x @ self.second.T
+
+    result = footprint(Halves(), torch.randn(2, 4))
+    assert result.parameters == 20 * 4 * FLOAT
