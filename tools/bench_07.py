@@ -31,6 +31,9 @@ BIG_MODEL = textwrap.dedent("""
     bare = peak()
     from torch import nn
     from utils.footprint import footprint
+    with_utils = peak()
+    import torch._dynamo  # any torch.optim optimizer imports it (torch 2.13), footprint too
+    with_imports = peak()
     with torch.device("meta"):
         layers = [nn.TransformerEncoderLayer(4096, 32, 16384, batch_first=True,
                                              norm_first=True) for _ in range(32)]
@@ -41,7 +44,9 @@ BIG_MODEL = textwrap.dedent("""
     count = sum(p.numel() for p in model.parameters())
     print(f"{count / 1e9:.2f}e9 parameters: footprint {result.total / 1e9:.1f} GB computed in "
           f"{seconds:.2f} s; peak memory {peak():.0f} MiB, bare import torch {bare:.0f} MiB, "
-          f"difference {peak() - bare:.0f} MiB")
+          f"difference {peak() - bare:.0f} MiB (import utils {with_utils - bare:.0f}, "
+          f"torch._dynamo {with_imports - with_utils:.0f}, the model and its step "
+          f"{peak() - with_imports:.0f})")
 """)
 
 
