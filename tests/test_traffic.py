@@ -150,3 +150,18 @@ def test_per_step_rejects_a_bad_step_count():
 def test_format_bytes_picks_a_readable_unit():
     assert [format_bytes(n) for n in (0, 512, 4096, 1.5 * 2**20, 13.5 * 2**30)] == [
         "0 B", "512 B", "4.0 KiB", "1.5 MiB", "13.5 GiB"]
+
+
+def test_a_wrapper_installed_over_torch_tensor_is_still_seen(monkeypatch):
+    import functools
+
+    original = torch.tensor
+
+    @functools.wraps(original)
+    def wrapper(*args, **kwargs):  # as a test harness might install
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(torch, "tensor", wrapper)
+    with Ledger() as ledger:
+        torch.tensor([1.0, 2.0], device=META)
+    assert ledger.bytes_moved == 8 and ledger.copies[0].implicit
