@@ -153,15 +153,24 @@ def test_format_bytes_picks_a_readable_unit():
 
 
 def test_a_wrapper_installed_over_torch_tensor_is_still_seen(monkeypatch):
+    """A harness (main's accelerator rules) may wrap torch.tensor before utils is imported."""
     import functools
+    import importlib
+
+    import utils.traffic
 
     original = torch.tensor
 
     @functools.wraps(original)
-    def wrapper(*args, **kwargs):  # as a test harness might install
+    def wrapper(*args, **kwargs):
         return original(*args, **kwargs)
 
     monkeypatch.setattr(torch, "tensor", wrapper)
-    with Ledger() as ledger:
-        torch.tensor([1.0, 2.0], device=META)
+    fresh = importlib.reload(utils.traffic)  # imported while the wrapper is in place
+    try:
+        with fresh.Ledger() as ledger:
+            torch.tensor([1.0, 2.0], device=META)
+    finally:
+        monkeypatch.undo()
+        importlib.reload(utils.traffic)
     assert ledger.bytes_moved == 8 and ledger.copies[0].implicit
