@@ -29,8 +29,10 @@ from utils.devices import (
     unusable_device,
     why_no_cuda,
 )
+from utils.footprint import Footprint, footprint
 from utils.ops import aten_ops
 from utils.placement import Finding, Placement, audit, placement_figure, where
+from utils.traffic import Copy, Ledger, Wait, format_bytes
 from utils.widgets import (
     WIDGETS_ENV_VAR,
     explore_save_load,
@@ -42,11 +44,15 @@ from utils.widgets import (
 __all__ = [
     "CheckpointError",
     "CheckpointInfo",
+    "Copy",
     "DEVICE_ENV_VAR",
     "DeviceNotAvailableError",
     "Finding",
+    "Footprint",
+    "Ledger",
     "Placement",
     "TensorEntry",
+    "Wait",
     "UnsafeCheckpointError",
     "WIDGETS_ENV_VAR",
     "add_prefix",
@@ -57,6 +63,8 @@ __all__ = [
     "describe_device",
     "environment_report",
     "explore_save_load",
+    "footprint",
+    "format_bytes",
     "inspect_checkpoint",
     "is_accelerator",
     "parse_device",

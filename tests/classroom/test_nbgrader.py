@@ -33,7 +33,14 @@ WRONG_ANSWERS = {
     "prepare": ("batch.to(device)", "kept using `batch`"),
     "predict": ("probabilities = probabilities.numpy()", "NumPy arrays live in main memory"),
     "load_gpu_checkpoint": ("return torch.load(path, weights_only=True)", "without map_location"),
-    "atomic_save": ("torch.save(obj, path)", "wrote straight over the old checkpoint"),
+    # Lab 06: a load that forgets the generators. Not a wrong atomic_save: the lab's
+    # save_checkpoint calls the learner's atomic_save, so that mistake costs both checks.
+    "load_checkpoint": ("\n    ".join([
+        'checkpoint = torch.load(path, map_location="cpu", weights_only=True)',
+        'model.load_state_dict(checkpoint["model"])',
+        'optimizer.load_state_dict(checkpoint["optimizer"])',
+        'scheduler.load_state_dict(checkpoint["scheduler"])',
+        'return checkpoint["epoch"]']), "were not restored"),
 }
 GENERIC_WRONG = ("return None", "❌")
 

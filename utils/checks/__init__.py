@@ -31,21 +31,36 @@ from utils.checks.lab05 import (
     mystery_net,
 )
 from utils.checks.lab06 import check_atomic_save, check_resume, tiny_training, train_epoch
+from utils.checks.lab07 import (
+    LAB07_CLASS_WEIGHTS,
+    check_adam_bytes,
+    check_fast_training,
+    check_largest_batch,
+    exercise2_models,
+    exercise3_model,
+    lab07_data,
+    lab07_model,
+    train_slow,
+)
 
 __all__ = [
     "CLASS_WEIGHTS",
     "FAILED",
     "Feedback",
     "IS_QUESTIONS",
+    "LAB07_CLASS_WEIGHTS",
     "MysteryNet",
     "NOT_ATTEMPTED",
     "PASSED",
+    "check_adam_bytes",
     "check_atomic_save",
     "check_compiled_checkpoint",
     "check_ddp_checkpoint",
     "check_device_agnostic_model",
+    "check_fast_training",
     "check_gpu_checkpoint",
     "check_is_predictions",
+    "check_largest_batch",
     "check_model_and_optimizer",
     "check_predict",
     "check_prepare",
@@ -54,9 +69,14 @@ __all__ = [
     "check_training_setup",
     "check_where_is_it_now",
     "check_whole_model",
+    "exercise2_models",
+    "exercise3_model",
+    "lab07_data",
+    "lab07_model",
     "mystery_net",
     "tiny_training",
     "train_epoch",
+    "train_slow",
 ]
 
 # Under nbgrader (and only there) a check that is not passed raises, so nbgrader scores it.
