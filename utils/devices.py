@@ -64,6 +64,8 @@ NO_DEVICE_MESSAGES: tuple[tuple[str, str, str], ...] = (
     ("PyTorch is not linked with support for cuda devices", "cuda", _NO_CUDA_BUILT),
     # a CUDA build (what `pip install torch` gives on Linux) on a machine without a GPU
     ("Found no NVIDIA driver on your system", "cuda", _NO_DRIVER),
+    # the same machine, reached through a storage's .cuda() (seen on 2.14.1+cu130, lab 05)
+    ("invalid argument to exchangeDevice", "cuda", _NO_DRIVER),
     # a CUDA build with a driver older than the CUDA it was built for
     ("The NVIDIA driver on your system is too old", "cuda", _OLD_DRIVER),
     ("CUDA driver version is insufficient", "cuda", _OLD_DRIVER),

@@ -22,6 +22,8 @@ from unittest import mock
 
 import torch
 
+from utils.devices import unusable_device
+
 PASSED, FAILED, NOT_ATTEMPTED = "passed", "failed", "not attempted"
 _SYMBOLS = {PASSED: "✅", FAILED: "❌", NOT_ATTEMPTED: "⏳"}
 
@@ -95,10 +97,6 @@ def device_name(device: torch.device) -> str:
 # --- learner errors, explained in one line ------------------------------------------------
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-_NO_CUDA = ("not compiled with CUDA", "Found no NVIDIA driver", "no CUDA GPUs are available",
-            "CUDA driver initialization failed", "not linked with support for cuda")
-
-
 def first_line(error: BaseException) -> str:
     """``TypeName: first line of the message``, without terminal escape codes, at most ~200
     characters: what the learner would read at the top of PyTorch's message."""
@@ -110,8 +108,11 @@ def first_line(error: BaseException) -> str:
 
 
 def names_no_cuda(error: BaseException | None) -> bool:
-    """True when ``error`` says this machine has no usable CUDA (the code asked for it)."""
-    return error is not None and any(text in str(error) for text in _NO_CUDA)
+    """True when ``error`` says this machine has no usable CUDA (the code asked for it).
+
+    One list of PyTorch's messages for every build: :func:`utils.devices.unusable_device`.
+    """
+    return error is not None and unusable_device(error) == "cuda"
 
 
 def _unsupported_global(text: str) -> str | None:
