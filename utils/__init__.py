@@ -16,6 +16,7 @@ from utils.checkpoints import (
     strip_prefix,
     strip_wrapper_prefixes,
 )
+from utils.dcp import DcpInfo, inspect_dcp
 from utils.devices import (
     DEVICE_ENV_VAR,
     DeviceNotAvailableError,
@@ -27,6 +28,7 @@ from utils.devices import (
     pick_device,
     second_device,
 )
+from utils.distributed import Worker, WorkerFailed, process_group, torchrun
 from utils.ops import aten_ops
 from utils.placement import Finding, Placement, audit, placement_figure, where
 from utils.widgets import (
@@ -41,12 +43,15 @@ __all__ = [
     "CheckpointError",
     "CheckpointInfo",
     "DEVICE_ENV_VAR",
+    "DcpInfo",
     "DeviceNotAvailableError",
     "Finding",
     "Placement",
     "TensorEntry",
     "UnsafeCheckpointError",
     "WIDGETS_ENV_VAR",
+    "Worker",
+    "WorkerFailed",
     "add_prefix",
     "aten_ops",
     "audit",
@@ -56,16 +61,19 @@ __all__ = [
     "environment_report",
     "explore_save_load",
     "inspect_checkpoint",
+    "inspect_dcp",
     "is_accelerator",
     "parse_device",
     "pick_device",
     "placement_figure",
+    "process_group",
     "quiz",
     "save_as_if_on",
     "save_atomic",
     "second_device",
     "strip_prefix",
     "strip_wrapper_prefixes",
+    "torchrun",
     "view_placement",
     "where",
     "widget_mode",

@@ -250,9 +250,107 @@ def inspect_dcp(folder: str | os.PathLike) -> DcpInfo:
     return DcpInfo(name=folder.name, files=files, entries=entries)
 
 
+# --- save to a new folder, then switch ---------------------------------------------------
+
+LATEST_FILE = "latest"
+
+
+def save_and_switch(state_dict: dict, root: str | os.PathLike, step: int, **save_options) -> Path:
+    """``dcp.save`` into ``root/step_<step>``, then point ``root/latest`` at it; return the folder.
+
+    The pointer is a one-line text file, replaced atomically (written to a temporary file,
+    fsynced, then ``os.replace``-d), and only after ``dcp.save`` has returned, that is after
+    the folder's ``.metadata`` is written. A save that dies halfway leaves ``latest``
+    naming the previous complete folder. In a job with several processes every rank calls
+    this: all of them save, and only rank 0 switches the pointer, then all wait at a
+    barrier. ``save_options`` go to ``dcp.save``. Introduced in 08_many_devices.
+    """
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    folder = root / f"step_{step:06d}"
+    dcp.save(state_dict, checkpoint_id=folder, **save_options)
+    distributed = dist.is_available() and dist.is_initialized()
+    if not distributed or dist.get_rank() == 0:
+        temporary = root / f".{LATEST_FILE}.{os.getpid()}.tmp"
+        with open(temporary, "w") as handle:
+            handle.write(folder.name + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, root / LATEST_FILE)
+    if distributed:
+        dist.barrier()
+    return folder
+
+
+def latest(root: str | os.PathLike) -> Path | None:
+    """The folder ``root/latest`` names (the last complete save), or None before any save.
+
+    Introduced in 08_many_devices, with :func:`save_and_switch`.
+    """
+    pointer = Path(root) / LATEST_FILE
+    if not pointer.is_file():
+        return None
+    name = pointer.read_text().strip()
+    if not name or "/" in name or "\\" in name or name in (".", ".."):
+        raise CheckpointError(f"{str(pointer)!r} holds {name!r}, not a folder name written "
+                              "by save_and_switch.")
+    return Path(root) / name
+
+
+# --- a picture of the shards --------------------------------------------------------------
+
+_RANK_COLOURS = ("#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860",
+                 "#DA8BC3", "#8C8C8C")
+
+
+def shard_figure(infos: list[DcpInfo], titles: list[str] | None = None):
+    """Return a matplotlib Figure: for each checkpoint, which rank holds which rows of each tensor.
+
+    One panel per :class:`DcpInfo` (from :func:`inspect_dcp`), one bar per tensor, split
+    along its first dimension and coloured by the rank whose file holds that piece.
+    Introduced in 08_many_devices.
+    """
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    titles = titles or [info.name for info in infos]
+    figure, axes = plt.subplots(1, len(infos), figsize=(5 * len(infos), 0.5 + 0.45 * max(
+        len(info.tensors) for info in infos)), squeeze=False, sharey=True)
+    ranks: set[int] = set()
+    for axis, info, title in zip(axes[0], infos, titles, strict=True):
+        tensors = info.tensors
+        for row, entry in enumerate(tensors):
+            length = entry.shape[0] if entry.shape else 1
+            for chunk in entry.chunks:
+                start = chunk.offsets[0] if chunk.offsets else 0
+                size = chunk.sizes[0] if chunk.sizes else 1
+                rank = chunk.rank if chunk.rank is not None else 0
+                ranks.add(rank)
+                axis.barh(row, size / length, left=start / length, height=0.7,
+                          color=_RANK_COLOURS[rank % len(_RANK_COLOURS)], edgecolor="white")
+                axis.text((start + size / 2) / length, row, f"{start}:{start + size}",
+                          ha="center", va="center", fontsize=8, color="white")
+        axis.set_yticks(range(len(tensors)), [e.key for e in tensors])
+        axis.invert_yaxis()
+        axis.set_xlim(0, 1)
+        axis.set_xlabel("rows of the tensor (fraction of its first dimension)")
+        axis.set_title(title)
+    axes[0][0].set_ylabel("tensor")
+    handles = [Patch(color=_RANK_COLOURS[r % len(_RANK_COLOURS)], label=f"rank {r}")
+               for r in sorted(ranks)]
+    figure.legend(handles=handles, loc="lower center", ncol=len(handles), frameon=False)
+    figure.suptitle("Which process holds which rows of each tensor")
+    figure.tight_layout(rect=(0, 0.08, 1, 1))
+    return figure
+
+
 def _rank_of(file: str) -> int | None:
     found = _DATA_FILE.match(file)
     return int(found.group(1)) if found else None
 
 
-__all__ = ["Chunk", "DcpEntry", "DcpInfo", "inspect_dcp", "is_dcp_folder"]
+__all__ = ["Chunk", "DcpEntry", "DcpInfo", "inspect_dcp", "is_dcp_folder", "latest",
+           "save_and_switch", "shard_figure"]

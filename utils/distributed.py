@@ -20,7 +20,9 @@ its rank, in rank order.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import io
 import os
 import re
 import shlex
@@ -99,8 +101,9 @@ def process_group(timeout_s: float = 60.0) -> Iterator[Worker]:
 
     Picks the backend and device with :func:`backend_and_device` (``set_device`` first
     on GPUs), calls ``init_process_group`` with a ``timeout_s`` so that a collective one
-    rank never reaches fails instead of hanging forever, and calls
-    ``destroy_process_group`` on the way out, error or not. Raises RuntimeError, saying
+    rank never reaches fails instead of hanging forever; at the end of the block every
+    rank meets at a barrier, so none tears down while another is still communicating,
+    and ``destroy_process_group`` runs on the way out, error or not. Raises RuntimeError, saying
     how to launch it, when the torchrun variables are missing. Introduced in 08_many_devices.
     """
     import torch.distributed as dist
@@ -112,8 +115,66 @@ def process_group(timeout_s: float = 60.0) -> Iterator[Worker]:
     dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s), **options)
     try:
         yield Worker(dist.get_rank(), local_rank, dist.get_world_size(), backend, device)
+        dist.barrier()  # leave together: no rank tears down while another still communicates
     finally:
         dist.destroy_process_group()
+    _exit_without_native_teardown()
+
+
+_FAILED: list[bool] = []
+
+
+def _exit_without_native_teardown() -> None:
+    """Make this process end right after Python's own exit steps, skipping native teardown.
+
+    With gloo, a worker that has used a device mesh and DCP sometimes aborts in C++
+    teardown after all its work is done ("terminate called without an active
+    exception", signal 6), which the launcher then reports as a failed rank. This
+    registers an atexit handler that flushes the output and calls ``os._exit``: status
+    1 if an exception reached the top level (noted by a wrapped ``sys.excepthook``),
+    else 0. atexit handlers the script registers afterwards still run (last registered,
+    first run); a ``sys.exit(code)`` after the block ends with 0 instead of ``code``.
+    """
+    if _FAILED:  # already installed in this process
+        return
+    _FAILED.append(False)
+    original_hook = sys.excepthook
+
+    def note_failure(kind, value, traceback) -> None:
+        _FAILED[0] = True
+        original_hook(kind, value, traceback)
+
+    def leave() -> None:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(1 if _FAILED[0] else 0)
+
+    sys.excepthook = note_failure
+    atexit.register(leave)
+
+
+@contextlib.contextmanager
+def child_stderr() -> Iterator[io.StringIO]:
+    """Collect what child processes write to stderr inside the block; yield a StringIO.
+
+    A child process writes its errors to file descriptor 2, which a notebook does not
+    show in the cell (or shows with machine paths in it). This points descriptor 2 at a
+    temporary file for the duration of the block and puts what arrived into the yielded
+    StringIO when the block ends. Introduced in 08_many_devices (the spawn error).
+    """
+    collected = io.StringIO()
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as landing:
+        os.dup2(landing.fileno(), 2)
+        try:
+            yield collected
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            landing.seek(0)
+            collected.write(landing.read().decode(errors="replace"))
 
 
 # --- the launcher ------------------------------------------------------------------------
@@ -258,8 +319,12 @@ def _failure(name: str, logs: dict[int, tuple[str, str]], launcher_output: str,
         return "\n\n".join(f"{name}: rank {rank} failed:\n{trace}" for rank, trace in failed)
     summary = re.findall(r"^\s*(?:rank|exitcode|error_file)\s*:.*$", launcher_output, re.M)
     said = "\n".join(line.strip() for line in summary) or launcher_output.strip()[-2000:]
+    tails = [f"rank {rank}'s last error output:\n" + "\n".join(
+                 _RANK_PREFIX.sub("", err).strip().splitlines()[-6:])
+             for rank, (_out, err) in sorted(logs.items()) if err.strip()]
     return (f"{name}: torchrun exited with status {returncode} and no rank printed a "
-            f"traceback (a rank killed by a signal, or the launcher itself failed):\n{said}")
+            f"traceback (a rank killed by a signal, or the launcher itself failed):\n{said}"
+            + "".join(f"\n\n{tail}" for tail in tails))
 
 
 __all__ = [
@@ -267,6 +332,7 @@ __all__ = [
     "Worker",
     "WorkerFailed",
     "backend_and_device",
+    "child_stderr",
     "process_group",
     "torchrun",
 ]
