@@ -31,6 +31,13 @@ from utils.checks.lab05 import (
     mystery_net,
 )
 from utils.checks.lab06 import check_atomic_save, check_resume, tiny_training, train_epoch
+from utils.checks.lab08 import (
+    check_load_sharded,
+    check_rank_aware_load,
+    check_save_on_rank_zero,
+    check_setup_device,
+    lab_model,
+)
 
 __all__ = [
     "CLASS_WEIGHTS",
@@ -46,14 +53,19 @@ __all__ = [
     "check_device_agnostic_model",
     "check_gpu_checkpoint",
     "check_is_predictions",
+    "check_load_sharded",
     "check_model_and_optimizer",
     "check_predict",
     "check_prepare",
+    "check_rank_aware_load",
     "check_resume",
+    "check_save_on_rank_zero",
+    "check_setup_device",
     "check_train_step",
     "check_training_setup",
     "check_where_is_it_now",
     "check_whole_model",
+    "lab_model",
     "mystery_net",
     "tiny_training",
     "train_epoch",
