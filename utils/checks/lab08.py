@@ -92,6 +92,7 @@ def _fake_gpu_machine(gpus: int = 4) -> Iterator[list[tuple[str, object]]]:
         for patch in patches:
             stack.enter_context(patch)
         stack.enter_context(mock.patch.dict(os.environ, CLUSTER_ENV))
+        os.environ.pop("LESSONS_DEVICE", None)  # restored with the rest of the environment
         yield calls
 
 
@@ -268,31 +269,33 @@ import sys
 from utils.checks.lab08 import lab_model
 from utils.distributed import process_group
 
-{source}
+{sources}
 
-folder, mode = sys.argv[1], sys.argv[2]
+folder, slow_s = sys.argv[1], float(sys.argv[2])
 with process_group(timeout_s=30) as me:
-    if mode == "save":
-        path = os.path.join(folder, "trained.pt")
+    for index, function in enumerate([{names}]):
+        here = os.path.join(folder, f"candidate_{{index}}")
+        path = os.path.join(here, "trained.pt")
         real_save = torch.save
 
         def recording_save(obj, f, *args, **kwargs):
-            open(os.path.join(folder, f"saved_by_rank_{{me.rank}}"), "w").close()
+            open(os.path.join(here, f"saved_by_rank_{{me.rank}}"), "w").close()
             if me.rank == 0:
-                time.sleep(2.0)  # a slow disk: a reader that does not wait finds no file
+                time.sleep(slow_s)  # a slow disk: a reader that does not wait finds no file
             return real_save(obj, f, *args, **kwargs)
 
         torch.save = recording_save
         model = lab_model().to(me.device)
         ddp = DDP(model, device_ids=[me.local_rank] if me.device.type == "cuda" else None)
-        {name}(ddp, path)
+        function(ddp, path)
         torch.save = real_save
         seen = os.path.exists(path)
         try:
             keys = list(torch.load(path, map_location="cpu", weights_only=True)) if seen else []
         except Exception as error:
             keys = [f"unreadable: {{type(error).__name__}}"]
-        print("RESULT " + json.dumps({{"rank": me.rank, "seen": seen, "keys": keys}}), flush=True)
+        result = {{"candidate": index, "rank": me.rank, "seen": seen, "keys": keys}}
+        print("RESULT " + json.dumps(result), flush=True)
         dist.barrier()
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
@@ -306,63 +309,39 @@ with process_group(timeout_s=30) as me:
 """
 
 
-def _run_workers(folder: Path, mode: str, function: Callable | None) -> dict[int, str]:
+def _renamed_source(function: Callable, name: str) -> str:
+    """The source of ``function``, its ``def`` renamed to ``name`` (comments dropped)."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(function)))
+    tree.body[0].name = name
+    tree.body[0].decorator_list = []
+    return ast.unparse(tree)
+
+
+def _run_workers(folder: Path, functions: list[Callable], slow_s: float = 2.0,
+                 timeout_s: float = 120.0) -> dict[int, str]:
+    """Run the worker script on 2 processes with each function in turn; return the outputs."""
+    import shutil
+
     from utils.distributed import torchrun
 
-    folder.mkdir(parents=True, exist_ok=True)
-    for leftover in folder.glob("saved_by_rank_*"):
-        leftover.unlink()
-    (folder / "trained.pt").unlink(missing_ok=True)
-    source = textwrap.dedent(inspect.getsource(function)) if function else ""
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    names = [f"_candidate_{index}" for index in range(len(functions))]
+    for index in range(len(functions)):
+        (folder / f"candidate_{index}").mkdir()
+    sources = "\n\n".join(_renamed_source(f, n) for f, n in zip(functions, names, strict=True))
     script = folder / "lab08_worker.py"
-    script.write_text(_HARNESS.format(imports=WORKER_IMPORTS, source=source,
-                                      name=function.__name__ if function else "print"))
-    return torchrun(script, nproc=2, args=[str(folder), mode], timeout_s=120, quiet=True)
+    script.write_text(_HARNESS.format(imports=WORKER_IMPORTS, sources=sources,
+                                      names=", ".join(names)))
+    return torchrun(script, nproc=2, args=[str(folder), str(slow_s)], timeout_s=timeout_s,
+                    quiet=True)
 
 
-def check_save_on_rank_zero(save_on_rank_zero: Callable,
-                            folder: str = "scratch_lab08") -> Feedback:
-    """Exercise 08.3: ``save_on_rank_zero(ddp, path)`` run for real on 2 processes (gloo).
-
-    The check copies the function into a worker script, starts it with torchrun, and
-    calls it on both ranks with a DDP model; rank 0's ``torch.save`` is made slow (2 s).
-    Right after the call returns, each rank looks for the file. Passes when only rank 0
-    saved, the keys have no ``module.`` prefix, and rank 1 found the finished file (a
-    barrier). The worker also writes the sharded checkpoint exercise 4 loads.
-    Introduced in lab 08_many_devices.
-    """
-    from utils.distributed import WorkerFailed
-
+def _judge_save(folder: Path, index: int, results: dict[int, dict]) -> Feedback:
+    """Exercise 3's verdict for candidate ``index``, from what the two ranks reported."""
     exercise = "Exercise 3"
-    problem = not_a_function(exercise, save_on_rank_zero)
-    if problem is not None:
-        return problem
-    if is_unattempted(save_on_rank_zero):
-        return not_attempted(exercise)
-    folder_path = Path(folder)
-    try:
-        outputs = _run_workers(folder_path, "save", save_on_rank_zero)
-    except TimeoutError:
-        return Feedback(exercise, FAILED,
-                        "the processes hung until the timeout. A barrier that only some ranks "
-                        "reach (dist.barrier() inside `if rank == 0:`) waits forever: call it "
-                        "on every rank, outside the if.")
-    except WorkerFailed as error:
-        text = str(error)
-        if "NotImplementedError" in text:
-            return not_attempted(exercise)
-        last = [line for line in text.splitlines() if line.strip()]
-        return Feedback(exercise, FAILED,
-                        "a process failed while running your function (a barrier or other "
-                        "collective that not every rank reaches also ends this way): "
-                        f"{last[-1] if last else text}")
-    results = {}
-    for text in outputs.values():
-        for line in text.splitlines():
-            if line.startswith("RESULT "):
-                found = json.loads(line[len("RESULT "):])
-                results[found["rank"]] = found
-    savers = sorted(int(p.name.rsplit("_", 1)[1]) for p in folder_path.glob("saved_by_rank_*"))
+    here = folder / f"candidate_{index}"
+    savers = sorted(int(p.name.rsplit("_", 1)[1]) for p in here.glob("saved_by_rank_*"))
     if savers != [0]:
         if not savers:
             return Feedback(exercise, FAILED, "no rank called torch.save (utils.save_atomic "
@@ -372,8 +351,7 @@ def check_save_on_rank_zero(save_on_rank_zero: Callable,
                         "each other and a reader can meet a half-written file. Every rank holds "
                         "the same weights: save only on rank 0 (dist.get_rank() == 0).")
     if len(results) != 2:
-        return Feedback(exercise, FAILED, f"the worker script did not finish on both ranks: "
-                                          f"{outputs}")
+        return Feedback(exercise, FAILED, "the worker script did not finish on both ranks.")
     keys = results[0]["keys"]
     if any(str(k).startswith("module.") for k in keys):
         return Feedback(exercise, FAILED,
@@ -391,6 +369,79 @@ def check_save_on_rank_zero(save_on_rank_zero: Callable,
                                           "(keys like '0.weight').")
     return Feedback(exercise, PASSED, "one writer (rank 0), plain keys, and a barrier that every "
                                       "rank reaches before anyone reads.")
+
+
+def judge_saves(functions: list[Callable], folder: str = "scratch_lab08",
+                slow_s: float = 2.0, timeout_s: float = 120.0) -> list[Feedback]:
+    """Exercise 3's verdict for each of ``functions``, all run in one 2-process launch.
+
+    What :func:`check_save_on_rank_zero` does for one function; the tests use it to try a
+    table of answers for the price of one launch. A launch that fails or hangs gives every
+    function the same verdict. Introduced in lab 08_many_devices.
+    """
+    from utils.distributed import WorkerFailed
+
+    exercise = "Exercise 3"
+    folder_path = Path(folder)
+    try:
+        outputs = _run_workers(folder_path, functions, slow_s, timeout_s)
+    except TimeoutError:
+        return [Feedback(exercise, FAILED,
+                         "the processes hung until the timeout. A barrier that only some ranks "
+                         "reach (dist.barrier() inside `if rank == 0:`) waits forever: call it "
+                         "on every rank, outside the if.")] * len(functions)
+    except WorkerFailed as error:
+        text = str(error)
+        if "NotImplementedError" in text:
+            return [not_attempted(exercise)] * len(functions)
+        last = [line for line in text.splitlines() if line.strip()]
+        return [Feedback(exercise, FAILED,
+                         "a process failed while running your function (a barrier or other "
+                         "collective that not every rank reaches also ends this way): "
+                         f"{last[-1] if last else text}")] * len(functions)
+    results: dict[int, dict[int, dict]] = {}
+    for text in outputs.values():
+        for line in text.splitlines():
+            if line.startswith("RESULT "):
+                found = json.loads(line[len("RESULT "):])
+                results.setdefault(found["candidate"], {})[found["rank"]] = found
+    return [_judge_save(folder_path, index, results.get(index, {}))
+            for index in range(len(functions))]
+
+
+def check_save_on_rank_zero(save_on_rank_zero: Callable,
+                            folder: str = "scratch_lab08") -> Feedback:
+    """Exercise 08.3: ``save_on_rank_zero(ddp, path)`` run for real on 2 processes (gloo).
+
+    The check copies the function into a worker script, starts it with torchrun, and
+    calls it on both ranks with a DDP model; rank 0's ``torch.save`` is made slow (2 s).
+    Right after the call returns, each rank looks for the file. Passes when only rank 0
+    saved, the keys have no ``module.`` prefix, and rank 1 found the finished file (a
+    barrier). The worker also writes the sharded checkpoint exercise 4 loads.
+    Introduced in lab 08_many_devices.
+    """
+
+    exercise = "Exercise 3"
+    problem = not_a_function(exercise, save_on_rank_zero)
+    if problem is not None:
+        return problem
+    if is_unattempted(save_on_rank_zero):
+        return not_attempted(exercise)
+    return judge_saves([save_on_rank_zero], folder)[0]
+
+
+def _plain_errors(function: Callable) -> Callable:
+    """``function``, with DCP's CheckpointException (a BaseException) turned into RuntimeError."""
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    def call(*args):
+        try:
+            return function(*args)
+        except CheckpointException as error:
+            last = [line for line in str(error).splitlines() if line.strip()]
+            raise RuntimeError(last[-1] if last else str(error)) from None
+
+    return call
 
 
 def check_load_sharded(load_sharded: Callable, folder: str = "scratch_lab08") -> Feedback:
@@ -412,7 +463,7 @@ def check_load_sharded(load_sharded: Callable, folder: str = "scratch_lab08") ->
     sharded = Path(folder) / "sharded"
     if not (sharded / ".metadata").exists():
         try:
-            _run_workers(Path(folder), "shards", None)
+            _run_workers(Path(folder), [])
         except (TimeoutError, WorkerFailed) as error:
             return Feedback(exercise, FAILED, f"could not write the sharded checkpoint: {error}")
     expected = lab_model().state_dict()
@@ -422,7 +473,7 @@ def check_load_sharded(load_sharded: Callable, folder: str = "scratch_lab08") ->
 
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="torch.distributed is disabled")
-        _, problem = attempt(exercise, load_sharded, str(sharded), model)
+        _, problem = attempt(exercise, _plain_errors(load_sharded), str(sharded), model)
     if problem is not None:
         message = problem.message
         if "IsADirectoryError" in message or "is a directory" in message.lower():
