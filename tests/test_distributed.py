@@ -57,6 +57,14 @@ def test_lessons_device_cpu_forces_gloo_even_with_gpus(monkeypatch):
     assert cuda.set_to == []
 
 
+def test_fewer_gpus_than_local_processes_fall_back_to_gloo_and_the_cpu(monkeypatch):
+    monkeypatch.delenv("LESSONS_DEVICE", raising=False)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    cuda = _FakeCuda(monkeypatch, count=1)  # Colab: one GPU, two processes
+    assert distributed.backend_and_device(1) == ("gloo", torch.device("cpu"))
+    assert cuda.set_to == []
+
+
 def test_a_local_rank_beyond_the_visible_gpus_names_nproc_per_node(monkeypatch):
     monkeypatch.delenv("LESSONS_DEVICE", raising=False)
     _FakeCuda(monkeypatch, count=2)

@@ -56,15 +56,26 @@ class WorkerFailed(RuntimeError):
 
 
 def _wants_cuda() -> bool:
-    """CUDA when it is there, unless LESSONS_DEVICE asks for something else (tests: cpu)."""
+    """CUDA when there is one GPU per local process, unless LESSONS_DEVICE says otherwise.
+
+    With fewer GPUs than processes on this machine (Colab's one GPU and 2 processes), the
+    processes use gloo and the CPU rather than fail.
+    """
     forced = os.environ.get("LESSONS_DEVICE", "").strip()
     if forced and not forced.startswith("cuda"):
         return False
-    return torch.cuda.is_available()
+    if not torch.cuda.is_available():
+        return False
+    local_processes = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    return torch.cuda.device_count() >= local_processes
 
 
 def backend_and_device(local_rank: int) -> tuple[str, torch.device]:
-    """Return ``("nccl", cuda:local_rank)`` where CUDA is available, else ``("gloo", cpu)``.
+    """Return ``("nccl", cuda:local_rank)`` on a GPU machine, else ``("gloo", cpu)``.
+
+    A GPU machine here means one GPU per process on this machine (``LOCAL_WORLD_SIZE``,
+    set by torchrun, at most ``torch.cuda.device_count()``); with fewer GPUs the processes
+    use gloo and the CPU.
 
     On a GPU machine it calls ``torch.cuda.set_device(local_rank)`` first, before anything
     else touches CUDA, so this process's default GPU (and NCCL's) is its own. The index is
