@@ -8,9 +8,11 @@ Targets: notebook 08 runs in under 30 s on a 2-core CPU-only machine, with the p
 of all its processes together (kernel, torchrun, workers) under 1.5 GB; inspecting a
 DCP folder is at least 20x faster than loading it, on a 256 MiB checkpoint.
 
-Memory is sampled every 20 ms over the kernel and all its descendants: the sum of RSS
-(counts shared library pages once per process, so it overstates) and the sum of PSS
-(shares them out: the honest "together" figure, Linux only).
+CPU time is the kernel's own plus its children's (torchrun, which waits for its workers,
+and the mp.spawn child), from getrusage: what the notebook costs on an idle machine,
+whatever the load while measuring. Memory is sampled every 20 ms over the kernel and all
+its descendants: the sum of RSS (counts shared library pages once per process, so it
+overstates) and the sum of PSS (shares them out: the honest "together" figure, Linux only).
 """
 
 from __future__ import annotations
@@ -30,6 +32,13 @@ from nbclient import NotebookClient
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK = ROOT / "notebooks" / "08_many_devices.ipynb"
+
+
+CPU_SECONDS_CELL = """\
+import resource
+print(sum(getattr(resource.getrusage(who), field) for who in
+          (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN) for field in ("ru_utime", "ru_stime")))
+"""
 
 
 def _tree_memory(pid: int) -> tuple[int, int, int]:
@@ -81,6 +90,10 @@ def bench_notebook() -> None:
         total = time.perf_counter() - started
         stop.set()
         sampler.join()
+        cpu_cell = nbformat.v4.new_code_cell(CPU_SECONDS_CELL)
+        notebook.cells.append(cpu_cell)
+        client.execute_cell(cpu_cell, len(notebook.cells) - 1)
+        cpu_seconds = float(cpu_cell.outputs[0]["text"])
     launches = [(s, line) for s, line in rows if "utils.torchrun(" in line]
     setup = rows[0][0]
     spawn = sum(s for s, line in rows if "torch.multiprocessing" in line)
@@ -92,6 +105,8 @@ def bench_notebook() -> None:
     for seconds, line in launches:
         print(f"  {line.split('(')[1].split(',')[0]}: {seconds:.1f} s")
     print(f"  everything else ({len(rows) - len(launches) - 2} cells): {other:.1f} s")
+    print(f"CPU time of all its processes together: {cpu_seconds:.1f} s, so at least "
+          f"{cpu_seconds / 2:.1f} s of wall time on 2 idle cores")
     print(f"peak memory of kernel + torchrun + workers together: PSS {peak['pss'] / 2**20:.0f} "
           f"MiB, RSS {peak['rss'] / 2**20:.0f} MiB (target < 1.5 GB), up to "
           f"{peak['processes']} processes")
