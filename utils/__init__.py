@@ -16,6 +16,7 @@ from utils.checkpoints import (
     strip_prefix,
     strip_wrapper_prefixes,
 )
+from utils.dcp import DcpInfo, inspect_dcp
 from utils.devices import (
     DEVICE_ENV_VAR,
     DeviceNotAvailableError,
@@ -29,6 +30,7 @@ from utils.devices import (
     unusable_device,
     why_no_cuda,
 )
+from utils.distributed import Worker, WorkerFailed, process_group, torchrun
 from utils.footprint import Footprint, footprint
 from utils.ops import aten_ops
 from utils.placement import Finding, Placement, audit, placement_figure, where
@@ -46,6 +48,7 @@ __all__ = [
     "CheckpointInfo",
     "Copy",
     "DEVICE_ENV_VAR",
+    "DcpInfo",
     "DeviceNotAvailableError",
     "Finding",
     "Footprint",
@@ -55,6 +58,8 @@ __all__ = [
     "Wait",
     "UnsafeCheckpointError",
     "WIDGETS_ENV_VAR",
+    "Worker",
+    "WorkerFailed",
     "add_prefix",
     "aten_ops",
     "audit",
@@ -66,10 +71,12 @@ __all__ = [
     "footprint",
     "format_bytes",
     "inspect_checkpoint",
+    "inspect_dcp",
     "is_accelerator",
     "parse_device",
     "pick_device",
     "placement_figure",
+    "process_group",
     "quiz",
     "save_as_if_on",
     "save_atomic",
@@ -77,6 +84,7 @@ __all__ = [
     "strip_prefix",
     "strip_wrapper_prefixes",
     "unusable_device",
+    "torchrun",
     "view_placement",
     "where",
     "why_no_cuda",

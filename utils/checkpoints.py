@@ -24,12 +24,15 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.nn.modules.utils import consume_prefix_in_state_dict_if_present
 
 from utils import pickle_scan
+
+if TYPE_CHECKING:
+    from utils.dcp import DcpInfo
 
 #: How every legacy (pre-1.6, ``_use_new_zipfile_serialization=False``) checkpoint starts:
 #: pickle protocol 2, then the long integer 0x1950a86a20f9469cfc6c (torch's magic number).
@@ -272,7 +275,7 @@ def _walk(obj: Any, key: str, seen: set[int], found: list[tuple[str, torch.Tenso
             _walk(value, f"{key}/{index}" if key else str(index), seen, found)
 
 
-def inspect_checkpoint(path: str | os.PathLike) -> CheckpointInfo:
+def inspect_checkpoint(path: str | os.PathLike) -> CheckpointInfo | DcpInfo:
     """Return what the checkpoint at ``path`` holds, without loading its data.
 
     For each tensor: its key path (``model/fc.weight``, levels joined by ``/``; a key
@@ -292,8 +295,16 @@ def inspect_checkpoint(path: str | os.PathLike) -> CheckpointInfo:
     error's ``.needs`` lists what it asks for and its ``.info`` lists its tensors and
     location tags, read from the pickle's opcodes without running anything
     (:mod:`utils.pickle_scan`). Introduced in 05_save_load_scenarios.
+
+    A folder written by ``torch.distributed.checkpoint`` (DCP) is read by
+    :func:`utils.dcp.inspect_dcp` instead, from its ``.metadata`` alone (notebook 08).
     """
     path = Path(path)
+    if path.is_dir() and any(p.name == ".metadata" or p.suffix == ".distcp"
+                             for p in path.iterdir()):
+        from utils.dcp import inspect_dcp  # a torch.distributed.checkpoint folder (08)
+
+        return inspect_dcp(path)
     fmt = _sniff(path)
     name = path.name
     tags: dict[int, str] = {}

@@ -42,6 +42,13 @@ from utils.checks.lab07 import (
     lab07_model,
     train_slow,
 )
+from utils.checks.lab08 import (
+    check_load_sharded,
+    check_rank_aware_load,
+    check_save_on_rank_zero,
+    check_setup_device,
+    lab_model,
+)
 
 __all__ = [
     "CLASS_WEIGHTS",
@@ -61,10 +68,14 @@ __all__ = [
     "check_gpu_checkpoint",
     "check_is_predictions",
     "check_largest_batch",
+    "check_load_sharded",
     "check_model_and_optimizer",
     "check_predict",
     "check_prepare",
+    "check_rank_aware_load",
     "check_resume",
+    "check_save_on_rank_zero",
+    "check_setup_device",
     "check_train_step",
     "check_training_setup",
     "check_where_is_it_now",
@@ -73,6 +84,7 @@ __all__ = [
     "exercise3_model",
     "lab07_data",
     "lab07_model",
+    "lab_model",
     "mystery_net",
     "tiny_training",
     "train_epoch",

@@ -1,0 +1,356 @@
+"""Look inside a distributed checkpoint (a ``torch.distributed.checkpoint`` folder) safely.
+
+Introduced in notebook 08_many_devices. ``utils.inspect_checkpoint(folder)`` comes here
+when the folder holds a ``.metadata`` file.
+
+``dcp.save`` writes a folder: ``.metadata`` (a pickle describing every entry) and one
+``__<rank>_<n>.distcp`` data file per rank. The metadata alone says, for each tensor, its
+full shape and dtype and which chunk of it sits in which rank's file, so this reads only
+that one small file: no tensor data is read, and no process group is needed.
+
+The metadata is a pickle, and unpickling can run code. It is read with an unpickler that
+accepts only the classes ``torch.distributed.checkpoint`` writes there (its metadata
+dataclasses, ``torch.Size``, dtypes, paths) and refuses anything else, naming it.
+"""
+
+from __future__ import annotations
+
+import html
+import io
+import os
+import pickle
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from utils.checkpoints import CheckpointError, UnsafeCheckpointError
+
+METADATA_FILE = ".metadata"
+_DATA_FILE = re.compile(r"^__(\d+)_(\d+)\.distcp$")
+_SAFE_MODULES = {
+    "torch.distributed.checkpoint.metadata",  # Metadata, TensorStorageMetadata, ...
+}
+_SAFE_NAMES = {
+    ("torch", "Size"),
+    ("torch.serialization", "_get_layout"),
+    ("torch.distributed.checkpoint.filesystem", "_StorageInfo"),
+    ("pathlib", "PosixPath"),
+    ("pathlib", "WindowsPath"),
+    ("pathlib", "PurePosixPath"),
+    ("pathlib", "PureWindowsPath"),
+    ("collections", "OrderedDict"),
+}
+
+
+class _MetadataUnpickler(pickle.Unpickler):
+    """Unpickles a DCP ``.metadata`` file, refusing any class DCP does not write there."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        is_dtype = module == "torch" and isinstance(getattr(torch, name, None), torch.dtype)
+        if module in _SAFE_MODULES or (module, name) in _SAFE_NAMES or is_dtype:
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"{module}.{name}")
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One piece of a tensor in a DCP checkpoint: where it starts, its size, which file."""
+
+    offsets: tuple[int, ...]
+    sizes: tuple[int, ...]
+    file: str
+    #: The rank that wrote the file (from its name, ``__<rank>_<n>.distcp``), or None.
+    rank: int | None
+
+
+@dataclass(frozen=True)
+class DcpEntry:
+    """One item of a DCP checkpoint: a tensor (with shape, dtype, chunks) or a non-tensor."""
+
+    key: str
+    shape: tuple[int, ...] | None  # None for a non-tensor item (saved as pickled bytes)
+    dtype: torch.dtype | None
+    chunks: tuple[Chunk, ...]
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the whole tensor (0 for a non-tensor item)."""
+        if self.shape is None or self.dtype is None:
+            return 0
+        return torch.Size(self.shape).numel() * self.dtype.itemsize
+
+    @property
+    def ranks(self) -> tuple[int, ...]:
+        """The ranks whose files hold a piece of this entry, in order."""
+        return tuple(sorted({c.rank for c in self.chunks if c.rank is not None}))
+
+    def written_by(self) -> str:
+        """Which rank wrote which rows: ``rank 0 [0:3], rank 1 [3:6]``, or ``rank 0``."""
+        if self.shape is None or not self.chunks:
+            return ", ".join(f"rank {r}" for r in self.ranks) or "?"
+        whole = all(tuple(c.sizes) == tuple(self.shape) for c in self.chunks)
+        if whole:
+            return ", ".join(f"rank {r}" for r in self.ranks)
+        return ", ".join(f"rank {c.rank} {_rows(c)}" for c in
+                         sorted(self.chunks, key=lambda c: (c.offsets, c.rank or 0)))
+
+
+def _rows(chunk: Chunk) -> str:
+    if not chunk.sizes:
+        return "[scalar]"
+    start, size = chunk.offsets[0], chunk.sizes[0]
+    return f"[{start}:{start + size}]"
+
+
+@dataclass
+class DcpInfo:
+    """What :func:`inspect_dcp` found in a DCP folder. Renders as a table in a notebook."""
+
+    name: str
+    files: dict[str, int]  # data file name -> bytes
+    entries: list[DcpEntry] = field(default_factory=list)
+    format: str = "dcp"
+
+    @property
+    def tensors(self) -> list[DcpEntry]:
+        """The tensor entries (non-tensor items, such as a step counter, left out)."""
+        return [e for e in self.entries if e.shape is not None]
+
+    @property
+    def ranks(self) -> list[int]:
+        """The ranks that wrote a data file, in order."""
+        return sorted({int(m.group(1)) for f in self.files if (m := _DATA_FILE.match(f))})
+
+    @property
+    def tensor_bytes(self) -> int:
+        """Bytes of all the tensors, whole."""
+        return sum(e.nbytes for e in self.tensors)
+
+    def summary(self) -> str:
+        """One line: name, how many ranks wrote it, files, tensors and their size."""
+        files = ", ".join(f"{n} ({_size(b)})" for n, b in sorted(self.files.items()))
+        others = len(self.entries) - len(self.tensors)
+        extra = f" and {others} other item(s)" if others else ""
+        return (f"{self.name}: DCP folder written by {len(self.ranks)} rank(s); "
+                f"{len(self.tensors)} tensor(s) in {_size(self.tensor_bytes)}{extra}; "
+                f"data files: {files or 'none'}")
+
+    def rows(self, limit: int = 40) -> list[tuple[str, str, str, str]]:
+        """(key, shape, dtype, written by) as strings, at most ``limit`` of them."""
+        return [(e.key, "-" if e.shape is None else str(tuple(e.shape)),
+                 "(not a tensor)" if e.dtype is None else str(e.dtype).removeprefix("torch."),
+                 e.written_by()) for e in self.entries[:limit]]
+
+    def __str__(self) -> str:
+        rows = [_HEADER, *self.rows()]
+        widths = [max(len(row[i]) for row in rows) for i in range(len(_HEADER))]
+        lines = [self.summary()]
+        lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+                  for row in rows]
+        if len(self.entries) > len(rows) - 1:
+            lines.append(f"... and {len(self.entries) - len(rows) + 1} more")
+        return "\n".join(lines)
+
+    __repr__ = __str__
+
+    def _repr_html_(self) -> str:
+        cells = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>"
+                        for row in self.rows())
+        return (f"<p><b>{html.escape(self.summary())}</b></p><table><tr>"
+                + "".join(f"<th>{h}</th>" for h in _HEADER) + f"</tr>{cells}</table>")
+
+
+_HEADER = ("key", "shape", "dtype", "written by")
+
+
+def _size(nbytes: float) -> str:
+    for unit in ("bytes", "KiB", "MiB", "GiB"):
+        if nbytes < 1024 or unit == "GiB":
+            return f"{int(nbytes)} {unit}" if unit == "bytes" else f"{nbytes:.1f} {unit}"
+        nbytes /= 1024
+    raise AssertionError("unreachable")
+
+
+def is_dcp_folder(path: str | os.PathLike) -> bool:
+    """True when ``path`` is a folder holding a DCP ``.metadata`` file."""
+    return Path(path).is_dir() and (Path(path) / METADATA_FILE).is_file()
+
+
+def _read_metadata(folder: Path) -> Any:
+    where = f"{folder.name}/{METADATA_FILE}"
+    data = (folder / METADATA_FILE).read_bytes()
+    if not data:
+        raise CheckpointError(f"{where!r} is empty: the save that wrote it was interrupted. "
+                              "Use the previous checkpoint folder, or save again.")
+    try:
+        return _MetadataUnpickler(io.BytesIO(data)).load()
+    except pickle.UnpicklingError as error:
+        if "." in str(error) and " " not in str(error):
+            raise UnsafeCheckpointError(
+                f"{where!r} was refused: it asks for {error}, which a DCP metadata file "
+                "never holds. Nothing in it was executed. Open it only if you trust where "
+                "it came from (torch.distributed.checkpoint.FileSystemReader unpickles it)."
+            ) from None
+        raise CheckpointError(f"{where!r} cannot be read: it is damaged or truncated "
+                              f"({error}). Save again.") from None
+    except (EOFError, AttributeError, ValueError, TypeError, IndexError) as error:
+        raise CheckpointError(f"{where!r} cannot be read: it is damaged or truncated "
+                              f"({type(error).__name__}: {error}). Save again.") from None
+
+
+def inspect_dcp(folder: str | os.PathLike) -> DcpInfo:
+    """Return what the DCP checkpoint in ``folder`` holds, reading only its ``.metadata``.
+
+    For each entry: its key (``model.0.weight``, DCP's flattened name), full shape and
+    dtype, and the chunks that make it up: offsets, sizes, and the file (so the rank)
+    that holds each. Non-tensor items (an epoch number, optimizer hyperparameters) are
+    listed with no shape. ``.files`` gives each data file's size. No tensor data is read,
+    no process group is needed, and no pickled code runs. Raises FileNotFoundError
+    (no folder, or no ``.metadata`` in it), CheckpointError (damaged) and
+    UnsafeCheckpointError (a ``.metadata`` asking for other code). Introduced in
+    08_many_devices.
+    """
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"No DCP checkpoint folder at {str(folder)!r}.")
+    if not (folder / METADATA_FILE).is_file():
+        found = sorted(p.name for p in folder.iterdir())[:10]
+        raise FileNotFoundError(
+            f"{str(folder)!r} has no {METADATA_FILE} file, so it is not a finished DCP "
+            f"checkpoint (it holds: {', '.join(found) or 'nothing'}). dcp.save writes "
+            f"{METADATA_FILE} last: a folder without it is an interrupted save."
+        )
+    metadata = _read_metadata(folder)
+    state = getattr(metadata, "state_dict_metadata", None)
+    storage = getattr(metadata, "storage_data", None) or {}
+    if not isinstance(state, dict):
+        raise CheckpointError(f"'{folder.name}/{METADATA_FILE}' holds no DCP metadata "
+                              f"(found {type(metadata).__name__}).")
+    files_of: dict[tuple[str, tuple[int, ...]], str] = {}
+    for index, info in storage.items():
+        offset = tuple(index.offset) if getattr(index, "offset", None) is not None else ()
+        files_of[(index.fqn, offset)] = str(getattr(info, "relative_path", "?"))
+    entries = []
+    for key, meta in state.items():
+        if hasattr(meta, "chunks"):  # a tensor
+            chunks = tuple(
+                Chunk(tuple(c.offsets), tuple(c.sizes), file, _rank_of(file))
+                for c in meta.chunks
+                for file in [files_of.get((key, tuple(c.offsets)), "?")]
+            )
+            entries.append(DcpEntry(key, tuple(meta.size), meta.properties.dtype, chunks))
+        else:  # bytes: a pickled non-tensor item
+            file = next((f for (fqn, _), f in files_of.items() if fqn == key), "?")
+            entries.append(DcpEntry(key, None, None, (Chunk((), (), file, _rank_of(file)),)))
+    files = {p.name: p.stat().st_size for p in sorted(folder.iterdir())
+             if _DATA_FILE.match(p.name) or p.suffix == ".distcp"}
+    return DcpInfo(name=folder.name, files=files, entries=entries)
+
+
+# --- save to a new folder, then switch ---------------------------------------------------
+
+LATEST_FILE = "latest"
+
+
+def save_and_switch(state_dict: dict, root: str | os.PathLike, step: int, **save_options) -> Path:
+    """``dcp.save`` into ``root/step_<step>``, then point ``root/latest`` at it; return the folder.
+
+    The pointer is a one-line text file, replaced atomically (written to a temporary file,
+    fsynced, then ``os.replace``-d), and only after ``dcp.save`` has returned, that is after
+    the folder's ``.metadata`` is written. A save that dies halfway leaves ``latest``
+    naming the previous complete folder. In a job with several processes every rank calls
+    this: all of them save, and only rank 0 switches the pointer, then all wait at a
+    barrier. ``save_options`` go to ``dcp.save``. Introduced in 08_many_devices.
+    """
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    folder = root / f"step_{step:06d}"
+    dcp.save(state_dict, checkpoint_id=folder, **save_options)
+    distributed = dist.is_available() and dist.is_initialized()
+    if not distributed or dist.get_rank() == 0:
+        temporary = root / f".{LATEST_FILE}.{os.getpid()}.tmp"
+        with open(temporary, "w") as handle:
+            handle.write(folder.name + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, root / LATEST_FILE)
+    if distributed:
+        dist.barrier()
+    return folder
+
+
+def latest(root: str | os.PathLike) -> Path | None:
+    """The folder ``root/latest`` names (the last complete save), or None before any save.
+
+    Introduced in 08_many_devices, with :func:`save_and_switch`.
+    """
+    pointer = Path(root) / LATEST_FILE
+    if not pointer.is_file():
+        return None
+    name = pointer.read_text().strip()
+    if not name or "/" in name or "\\" in name or name in (".", ".."):
+        raise CheckpointError(f"{str(pointer)!r} holds {name!r}, not a folder name written "
+                              "by save_and_switch.")
+    return Path(root) / name
+
+
+# --- a picture of the shards --------------------------------------------------------------
+
+_RANK_COLOURS = ("#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860",
+                 "#DA8BC3", "#8C8C8C")
+
+
+def shard_figure(infos: list[DcpInfo], titles: list[str] | None = None):
+    """Return a matplotlib Figure: for each checkpoint, which rank holds which rows of each tensor.
+
+    One panel per :class:`DcpInfo` (from :func:`inspect_dcp`), one bar per tensor, split
+    along its first dimension and coloured by the rank whose file holds that piece.
+    Introduced in 08_many_devices.
+    """
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    titles = titles or [info.name for info in infos]
+    figure, axes = plt.subplots(1, len(infos), figsize=(5 * len(infos), 0.5 + 0.45 * max(
+        len(info.tensors) for info in infos)), squeeze=False, sharey=True)
+    ranks: set[int] = set()
+    for axis, info, title in zip(axes[0], infos, titles, strict=True):
+        tensors = info.tensors
+        for row, entry in enumerate(tensors):
+            length = entry.shape[0] if entry.shape else 1
+            for chunk in entry.chunks:
+                start = chunk.offsets[0] if chunk.offsets else 0
+                size = chunk.sizes[0] if chunk.sizes else 1
+                rank = chunk.rank if chunk.rank is not None else 0
+                ranks.add(rank)
+                axis.barh(row, size / length, left=start / length, height=0.7,
+                          color=_RANK_COLOURS[rank % len(_RANK_COLOURS)], edgecolor="white")
+                axis.text((start + size / 2) / length, row, f"{start}:{start + size}",
+                          ha="center", va="center", fontsize=8, color="white")
+        axis.set_yticks(range(len(tensors)), [e.key for e in tensors])
+        axis.invert_yaxis()
+        axis.set_xlim(0, 1)
+        axis.set_xlabel("rows of the tensor (fraction of its first dimension)")
+        axis.set_title(title)
+    axes[0][0].set_ylabel("tensor")
+    handles = [Patch(color=_RANK_COLOURS[r % len(_RANK_COLOURS)], label=f"rank {r}")
+               for r in sorted(ranks)]
+    figure.legend(handles=handles, loc="lower center", ncol=len(handles), frameon=False)
+    figure.suptitle("Which process holds which rows of each tensor")
+    figure.tight_layout(rect=(0, 0.08, 1, 1))
+    return figure
+
+
+def _rank_of(file: str) -> int | None:
+    found = _DATA_FILE.match(file)
+    return int(found.group(1)) if found else None
+
+
+__all__ = ["Chunk", "DcpEntry", "DcpInfo", "inspect_dcp", "is_dcp_folder", "latest",
+           "save_and_switch", "shard_figure"]

@@ -1,0 +1,349 @@
+"""Many processes: the preamble every worker script shares, and a launcher for notebooks.
+
+Introduced in notebook 08_many_devices.
+
+A worker script (run by ``torchrun``) starts with :func:`process_group`::
+
+    with utils.process_group() as me:       # init, pick backend and device; destroy at the end
+        print(me.rank, me.world_size, me.device)
+
+It reads the variables torchrun sets (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``...), picks
+``nccl`` and ``cuda:LOCAL_RANK`` where there are GPUs (calling ``torch.cuda.set_device``
+before anything touches CUDA) and ``gloo`` and the CPU elsewhere, and always ends with
+``destroy_process_group``. The plain-PyTorch lines it stands for are in notebook 08's
+"In your own code".
+
+A notebook starts the workers with :func:`torchrun`: the real launcher
+(``python -m torch.distributed.run``), a timeout, and each rank's output printed under
+its rank, in rank order.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import io
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator, Sequence
+from datetime import timedelta
+from pathlib import Path
+from typing import NamedTuple
+
+import torch
+
+#: The variables torchrun sets for every worker (and that process_group needs).
+TORCHRUN_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
+class Worker(NamedTuple):
+    """Who this process is: what :func:`process_group` yields. Introduced in 08_many_devices."""
+
+    rank: int
+    local_rank: int
+    world_size: int
+    backend: str
+    device: torch.device
+
+
+class WorkerFailed(RuntimeError):
+    """A rank of a :func:`torchrun` launch raised or died; the message names it and says why."""
+
+
+def _wants_cuda() -> bool:
+    """CUDA when there is one GPU per local process, unless LESSONS_DEVICE says otherwise.
+
+    With fewer GPUs than processes on this machine (Colab's one GPU and 2 processes), the
+    processes use gloo and the CPU rather than fail.
+    """
+    forced = os.environ.get("LESSONS_DEVICE", "").strip()
+    if forced and not forced.startswith("cuda"):
+        return False
+    if not torch.cuda.is_available():
+        return False
+    local_processes = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    return torch.cuda.device_count() >= local_processes
+
+
+def backend_and_device(local_rank: int) -> tuple[str, torch.device]:
+    """Return ``("nccl", cuda:local_rank)`` on a GPU machine, else ``("gloo", cpu)``.
+
+    A GPU machine here means one GPU per process on this machine (``LOCAL_WORLD_SIZE``,
+    set by torchrun, at most ``torch.cuda.device_count()``); with fewer GPUs the processes
+    use gloo and the CPU.
+
+    On a GPU machine it calls ``torch.cuda.set_device(local_rank)`` first, before anything
+    else touches CUDA, so this process's default GPU (and NCCL's) is its own. The index is
+    the *local* rank: the global rank is not a GPU index once there are several machines.
+    ``LESSONS_DEVICE=cpu`` forces gloo and the CPU. Introduced in 08_many_devices.
+    """
+    if not _wants_cuda():
+        return "gloo", torch.device("cpu")
+    count = torch.cuda.device_count()
+    if local_rank >= count:
+        raise RuntimeError(
+            f"LOCAL_RANK is {local_rank}, but this process sees only {count} GPU(s) "
+            f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'not set')!r}). "
+            f"Start at most {count} process(es) per machine: torchrun --nproc_per_node={count}."
+        )
+    torch.cuda.set_device(local_rank)
+    return "nccl", torch.device("cuda", local_rank)
+
+
+def _launched_by_torchrun() -> dict[str, str]:
+    missing = [name for name in TORCHRUN_VARIABLES if name not in os.environ]
+    if missing:
+        raise RuntimeError(
+            f"The environment has no {', '.join(missing)}: this script is meant to be started "
+            "by a launcher, e.g. `torchrun --standalone --nproc_per_node=2 script.py` "
+            "(or utils.torchrun('script.py') from a notebook), not run on its own."
+        )
+    return {name: os.environ[name] for name in TORCHRUN_VARIABLES}
+
+
+@contextlib.contextmanager
+def process_group(timeout_s: float = 60.0) -> Iterator[Worker]:
+    """Join the job torchrun started; yield a :class:`Worker`; always leave it cleanly.
+
+    Picks the backend and device with :func:`backend_and_device` (``set_device`` first
+    on GPUs), calls ``init_process_group`` with a ``timeout_s`` so that a collective one
+    rank never reaches fails instead of hanging forever; at the end of the block every
+    rank meets at a barrier, so none tears down while another is still communicating,
+    and ``destroy_process_group`` runs on the way out, error or not. Raises RuntimeError, saying
+    how to launch it, when the torchrun variables are missing. Introduced in 08_many_devices.
+    """
+    import torch.distributed as dist
+
+    _launched_by_torchrun()
+    local_rank = int(os.environ["LOCAL_RANK"])
+    backend, device = backend_and_device(local_rank)
+    options = {"device_id": device} if device.type == "cuda" else {}
+    dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s), **options)
+    try:
+        yield Worker(dist.get_rank(), local_rank, dist.get_world_size(), backend, device)
+        dist.barrier()  # leave together: no rank tears down while another still communicates
+    finally:
+        dist.destroy_process_group()
+    _exit_without_native_teardown()
+
+
+_FAILED: list[bool] = []
+
+
+def _exit_without_native_teardown() -> None:
+    """Make this process end right after Python's own exit steps, skipping native teardown.
+
+    With gloo, a worker that has used a device mesh and DCP sometimes aborts in C++
+    teardown after all its work is done ("terminate called without an active
+    exception", signal 6), which the launcher then reports as a failed rank. This
+    registers an atexit handler that flushes the output and calls ``os._exit``: status
+    1 if an exception reached the top level (noted by a wrapped ``sys.excepthook``),
+    else 0. atexit handlers the script registers afterwards still run (last registered,
+    first run); a ``sys.exit(code)`` after the block ends with 0 instead of ``code``.
+    """
+    if _FAILED:  # already installed in this process
+        return
+    _FAILED.append(False)
+    original_hook = sys.excepthook
+
+    def note_failure(kind, value, traceback) -> None:
+        _FAILED[0] = True
+        original_hook(kind, value, traceback)
+
+    def leave() -> None:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(1 if _FAILED[0] else 0)
+
+    sys.excepthook = note_failure
+    atexit.register(leave)
+
+
+@contextlib.contextmanager
+def child_stderr() -> Iterator[io.StringIO]:
+    """Collect what child processes write to stderr inside the block; yield a StringIO.
+
+    A child process writes its errors to file descriptor 2, which a notebook does not
+    show in the cell (or shows with machine paths in it). This points descriptor 2 at a
+    temporary file for the duration of the block and puts what arrived into the yielded
+    StringIO when the block ends. Introduced in 08_many_devices (the spawn error).
+    """
+    collected = io.StringIO()
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as landing:
+        os.dup2(landing.fileno(), 2)
+        try:
+            yield collected
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            landing.seek(0)
+            collected.write(landing.read().decode(errors="replace"))
+
+
+# --- the launcher ------------------------------------------------------------------------
+
+_TRACEBACK = "Traceback (most recent call last):"
+
+
+def _descendants(pid: int) -> list[int]:
+    """Process ids of ``pid``'s children, grandchildren...; [] where this cannot be read."""
+    try:
+        import psutil
+    except ImportError:  # pragma: no cover - psutil comes with ipykernel
+        return []
+    try:
+        return [child.pid for child in psutil.Process(pid).children(recursive=True)]
+    except psutil.Error:
+        return []
+
+
+def _stop(process: subprocess.Popen) -> None:
+    """Kill torchrun and every worker it started (workers run in sessions of their own)."""
+    for pid in [*_descendants(process.pid), process.pid]:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+    process.wait()
+
+
+def _rank_logs(log_dir: Path) -> dict[int, tuple[str, str]]:
+    """{local rank: (stdout, stderr)} from torchrun's --log-dir layout (.../attempt_N/R/)."""
+    found: dict[int, tuple[str, str]] = {}
+    for folder in sorted(log_dir.glob("*/attempt_*/*")):
+        if folder.is_dir() and folder.name.isdigit():
+            read = [(folder / name).read_text(errors="replace") if (folder / name).exists()
+                    else "" for name in ("stdout.log", "stderr.log")]
+            found[int(folder.name)] = (read[0], read[1])
+    return found
+
+
+_RANK_PREFIX = re.compile(r"^\[rank\d+\]: ?", re.M)  # torch prefixes a worker's traceback
+_PATH = re.compile(r'File "([^"]+)"')
+#: How gloo reports that the *other* process went away: a consequence, not a cause.
+_PEER_GONE = ("Connection closed by peer", "Connection reset by peer", "remote worker")
+
+
+def _short_path(found: re.Match) -> str:
+    path = found.group(1).replace("\\", "/")
+    if "site-packages/" in path:
+        return f'File "{path.split("site-packages/")[-1]}"'
+    return f'File "{path.rsplit("/", 1)[-1]}"'
+
+
+def _last_traceback(stderr: str, lines: int = 12) -> str:
+    """The last traceback in ``stderr`` (its last ``lines`` lines, paths shortened), or ''."""
+    stderr = _RANK_PREFIX.sub("", stderr)
+    if _TRACEBACK not in stderr:
+        return ""
+    block = _PATH.sub(_short_path, stderr[stderr.rindex(_TRACEBACK):]).rstrip().splitlines()
+    return "\n".join(block if len(block) <= lines + 1 else [block[0], "  ...", *block[-lines:]])
+
+
+def _prefixed(rank: int, text: str) -> str:
+    return "\n".join(f"[rank {rank}] {line}" for line in text.rstrip("\n").splitlines())
+
+
+def torchrun(script: str | os.PathLike, nproc: int = 2, args: Sequence[str] = (),
+             timeout_s: float = 120.0, show_stderr: bool = False,
+             quiet: bool = False) -> dict[int, str]:
+    """Run ``torchrun --standalone --nproc_per_node=nproc script args``; return each rank's output.
+
+    It is the real launcher, ``python -m torch.distributed.run`` from this Python (the
+    same as the ``torchrun`` command), with a free port chosen by its standalone
+    rendezvous. Each rank's stdout is printed under ``[rank N]``, rank 0 first, once all
+    have finished (so the output does not depend on which process printed first);
+    ``show_stderr`` prints their stderr too. Returns ``{rank: stdout}``.
+
+    A rank that fails raises :class:`WorkerFailed` showing that rank's traceback; a launch
+    still running after ``timeout_s`` seconds is killed, workers included, and raises
+    TimeoutError naming the ranks that had not finished. Introduced in 08_many_devices.
+    """
+    script = Path(script)
+    if not script.is_file():
+        raise FileNotFoundError(f"No worker script at {str(script)!r}: write it first "
+                                "(%%writefile in a notebook).")
+    command = ["torchrun", "--standalone", f"--nproc_per_node={nproc}", str(script), *args]
+    if not quiet:
+        print("$ " + shlex.join(command), flush=True)
+    environment = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+                   "PYTHONUNBUFFERED": "1"}
+    with tempfile.TemporaryDirectory(prefix="torchrun-logs-") as log_dir:
+        launcher = [sys.executable, "-m", "torch.distributed.run", "--redirects", "3",
+                    "--log-dir", log_dir, *command[1:]]
+        process = subprocess.Popen(launcher, env=environment, stdout=subprocess.PIPE,
+                                   stderr=subprocess.STDOUT, text=True)
+        try:
+            launcher_output, _ = process.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            _stop(process)
+            launcher_output = process.stdout.read() if process.stdout else ""
+            logs = _rank_logs(Path(log_dir))
+            _print_ranks(logs, show_stderr=True)
+            raise TimeoutError(
+                f"{script.name} was still running after {timeout_s:g} s, so it was stopped "
+                f"(torchrun and its {nproc} workers killed; what each rank printed is above). "
+                "A collective that some rank never reaches (a barrier or all_reduce inside "
+                "`if rank == 0:`) waits forever: make every rank call the same collectives "
+                "in the same order."
+            ) from None
+        logs = _rank_logs(Path(log_dir))
+        if process.returncode != 0:
+            _print_ranks(logs, show_stderr=False)
+            raise WorkerFailed(_failure(script.name, logs, launcher_output, process.returncode))
+        if not quiet:
+            _print_ranks(logs, show_stderr=show_stderr)
+    return {rank: out for rank, (out, _err) in sorted(logs.items())}
+
+
+def _print_ranks(logs: dict[int, tuple[str, str]], show_stderr: bool) -> None:
+    for rank, (out, err) in sorted(logs.items()):
+        if out.strip():
+            print(_prefixed(rank, out))
+        if show_stderr and err.strip():
+            print(_prefixed(rank, err))
+
+
+def _failure(name: str, logs: dict[int, tuple[str, str]], launcher_output: str,
+             returncode: int) -> str:
+    """The message of WorkerFailed: the rank(s) that failed first, each with its traceback.
+
+    A rank whose only error is gloo's "connection closed by peer" failed because another
+    rank had died: it is listed after the cause, in one line.
+    """
+    failed = [(rank, _last_traceback(err)) for rank, (_out, err) in sorted(logs.items())
+              if _last_traceback(err)]
+    causes = [(r, t) for r, t in failed if not any(p in t.splitlines()[-1] for p in _PEER_GONE)]
+    consequences = [(r, t) for r, t in failed if (r, t) not in causes]
+    if causes:
+        parts = [f"{name}: rank {rank} failed:\n{trace}" for rank, trace in causes]
+        parts += [f"(rank {rank} then failed too, because a partner had gone: "
+                  f"{trace.splitlines()[-1][:160]})" for rank, trace in consequences]
+        return "\n\n".join(parts)
+    if consequences:
+        return "\n\n".join(f"{name}: rank {rank} failed:\n{trace}" for rank, trace in failed)
+    summary = re.findall(r"^\s*(?:rank|exitcode|error_file)\s*:.*$", launcher_output, re.M)
+    said = "\n".join(line.strip() for line in summary) or launcher_output.strip()[-2000:]
+    tails = [f"rank {rank}'s last error output:\n" + "\n".join(
+                 _RANK_PREFIX.sub("", err).strip().splitlines()[-6:])
+             for rank, (_out, err) in sorted(logs.items()) if err.strip()]
+    return (f"{name}: torchrun exited with status {returncode} and no rank printed a "
+            f"traceback (a rank killed by a signal, or the launcher itself failed):\n{said}"
+            + "".join(f"\n\n{tail}" for tail in tails))
+
+
+__all__ = [
+    "TORCHRUN_VARIABLES",
+    "Worker",
+    "WorkerFailed",
+    "backend_and_device",
+    "child_stderr",
+    "process_group",
+    "torchrun",
+]
