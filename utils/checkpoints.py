@@ -114,8 +114,8 @@ class CheckpointInfo:
         refused = (f" (refused by weights_only=True: it needs {', '.join(self.needs)}; "
                    "read from its opcodes, nothing run)" if self.needs else "")
         return (
-            f"{self.name}: {self.format} format, {_size(self.file_bytes)}, "
-            f"{len(self.entries)} tensor(s) in {_size(self.storage_bytes)} of storage, "
+            f"{self.name}: {self.format} format, {size_text(self.file_bytes)}, "
+            f"{len(self.entries)} tensor(s) in {size_text(self.storage_bytes)} of storage, "
             f"saved location tag(s): {tags}{refused}"
         )
 
@@ -126,46 +126,53 @@ class CheckpointInfo:
         ``shared`` when an earlier row's storage holds it too."""
         return [
             (e.key, str(tuple(e.shape)), str(e.dtype).removeprefix("torch."), e.location,
-             "shared" if e.shared else _size(e.storage_bytes))
+             "shared" if e.shared else size_text(e.storage_bytes))
             for e in self.entries[:limit]
         ]
 
     def __str__(self) -> str:
-        header = _HEADER
-        rows = [header, *self.rows()]
-        widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-        lines = [self.summary()]
-        lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
-                  for row in rows]
-        if len(self.entries) > len(rows) - 1:
-            lines.append(f"... and {len(self.entries) - len(rows) + 1} more")
-        return "\n".join(lines)
+        return table_text(self.summary(), _HEADER, self.rows(), len(self.entries))
 
     __repr__ = __str__
 
     def _repr_html_(self) -> str:
-        cells = "".join(
-            "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>"
-            for row in self.rows()
-        )
-        more = len(self.entries) - len(self.rows())
-        tail = f"<p>... and {more} more</p>" if more > 0 else ""
-        return (
-            f"<p><b>{html.escape(self.summary())}</b></p><table>"
-            "<tr>" + "".join(f"<th>{h}</th>" for h in _HEADER) + "</tr>"
-            f"{cells}</table>{tail}"
-        )
+        return table_html(self.summary(), _HEADER, self.rows(), len(self.entries))
 
 
 _HEADER = ("key", "shape", "dtype", "saved on", "storage saved")
 
 
-def _size(nbytes: int) -> str:
+def size_text(nbytes: float) -> str:
     for unit in ("bytes", "KiB", "MiB", "GiB"):
         if nbytes < 1024 or unit == "GiB":
-            return f"{nbytes} {unit}" if unit == "bytes" else f"{nbytes:.1f} {unit}"
+            return f"{int(nbytes)} {unit}" if unit == "bytes" else f"{nbytes:.1f} {unit}"
         nbytes /= 1024
     raise AssertionError("unreachable")
+
+
+def table_text(summary: str, header: tuple[str, ...], rows: list[tuple[str, ...]],
+               total: int) -> str:
+    """The summary line, then ``rows`` under ``header`` in aligned columns, then how many
+    of ``total`` entries were left out. Shared by CheckpointInfo and utils.dcp.DcpInfo."""
+    table = [header, *rows]
+    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+    lines = [summary]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+              for row in table]
+    if total > len(rows):
+        lines.append(f"... and {total - len(rows)} more")
+    return "\n".join(lines)
+
+
+def table_html(summary: str, header: tuple[str, ...], rows: list[tuple[str, ...]],
+               total: int) -> str:
+    """The same table as :func:`table_text`, as HTML for Jupyter."""
+    cells = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>"
+                    for row in rows)
+    tail = f"<p>... and {total - len(rows)} more</p>" if total > len(rows) else ""
+    return (f"<p><b>{html.escape(summary)}</b></p><table>"
+            "<tr>" + "".join(f"<th>{h}</th>" for h in header) + "</tr>"
+            f"{cells}</table>{tail}")
 
 
 def _first(message: str) -> str:

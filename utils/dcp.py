@@ -15,7 +15,6 @@ dataclasses, ``torch.Size``, dtypes, paths) and refuses anything else, naming it
 
 from __future__ import annotations
 
-import html
 import io
 import os
 import pickle
@@ -26,7 +25,13 @@ from typing import Any
 
 import torch
 
-from utils.checkpoints import CheckpointError, UnsafeCheckpointError
+from utils.checkpoints import (
+    CheckpointError,
+    UnsafeCheckpointError,
+    size_text,
+    table_html,
+    table_text,
+)
 
 METADATA_FILE = ".metadata"
 _DATA_FILE = re.compile(r"^__(\d+)_(\d+)\.distcp$")
@@ -131,11 +136,11 @@ class DcpInfo:
 
     def summary(self) -> str:
         """One line: name, how many ranks wrote it, files, tensors and their size."""
-        files = ", ".join(f"{n} ({_size(b)})" for n, b in sorted(self.files.items()))
+        files = ", ".join(f"{n} ({size_text(b)})" for n, b in sorted(self.files.items()))
         others = len(self.entries) - len(self.tensors)
         extra = f" and {others} other item(s)" if others else ""
         return (f"{self.name}: DCP folder written by {len(self.ranks)} rank(s); "
-                f"{len(self.tensors)} tensor(s) in {_size(self.tensor_bytes)}{extra}; "
+                f"{len(self.tensors)} tensor(s) in {size_text(self.tensor_bytes)}{extra}; "
                 f"data files: {files or 'none'}")
 
     def rows(self, limit: int = 40) -> list[tuple[str, str, str, str]]:
@@ -145,33 +150,15 @@ class DcpInfo:
                  e.written_by()) for e in self.entries[:limit]]
 
     def __str__(self) -> str:
-        rows = [_HEADER, *self.rows()]
-        widths = [max(len(row[i]) for row in rows) for i in range(len(_HEADER))]
-        lines = [self.summary()]
-        lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
-                  for row in rows]
-        if len(self.entries) > len(rows) - 1:
-            lines.append(f"... and {len(self.entries) - len(rows) + 1} more")
-        return "\n".join(lines)
+        return table_text(self.summary(), _HEADER, self.rows(), len(self.entries))
 
     __repr__ = __str__
 
     def _repr_html_(self) -> str:
-        cells = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>"
-                        for row in self.rows())
-        return (f"<p><b>{html.escape(self.summary())}</b></p><table><tr>"
-                + "".join(f"<th>{h}</th>" for h in _HEADER) + f"</tr>{cells}</table>")
+        return table_html(self.summary(), _HEADER, self.rows(), len(self.entries))
 
 
 _HEADER = ("key", "shape", "dtype", "written by")
-
-
-def _size(nbytes: float) -> str:
-    for unit in ("bytes", "KiB", "MiB", "GiB"):
-        if nbytes < 1024 or unit == "GiB":
-            return f"{int(nbytes)} {unit}" if unit == "bytes" else f"{nbytes:.1f} {unit}"
-        nbytes /= 1024
-    raise AssertionError("unreachable")
 
 
 def is_dcp_folder(path: str | os.PathLike) -> bool:
