@@ -46,6 +46,31 @@ def setup_with_utils():
     return utils.distributed.backend_and_device(int(os.environ["LOCAL_RANK"]))
 
 
+def setup_keyword_device():
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if not torch.cuda.is_available():
+        return "gloo", torch.device(type="cpu")
+    device = torch.device(type="cuda", index=local_rank)
+    torch.cuda.set_device(device)
+    return "nccl", device
+
+
+def setup_backend_first():
+    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    if backend == "gloo":
+        return backend, torch.device("cpu")
+    torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    return backend, torch.device("cuda", torch.cuda.current_device())
+
+
+def setup_string_device():
+    local_rank = os.environ["LOCAL_RANK"]
+    if torch.cuda.is_available():
+        torch.cuda.set_device(f"cuda:{local_rank}")
+        return "nccl", f"cuda:{local_rank}"
+    return "gloo", "cpu"
+
+
 def setup_global_rank():
     rank = int(os.environ["RANK"])
     if torch.cuda.is_available():
@@ -69,6 +94,15 @@ def setup_touches_cuda_first():
     return "gloo", torch.device("cpu")
 
 
+def setup_asks_current_device_first():
+    local_rank = int(os.environ["LOCAL_RANK"])
+    if torch.cuda.is_available():
+        print("starting on", torch.cuda.current_device())  # initialises CUDA on GPU 0
+        torch.cuda.set_device(local_rank)
+        return "nccl", torch.device("cuda", local_rank)
+    return "gloo", torch.device("cpu")
+
+
 def setup_gloo_on_gpus():
     local_rank = int(os.environ["LOCAL_RANK"])
     if torch.cuda.is_available():
@@ -81,7 +115,9 @@ def setup_always_cpu():
     return "gloo", torch.device("cpu")
 
 
-@pytest.mark.parametrize("answer", [setup_plain, setup_strings, setup_with_utils])
+@pytest.mark.parametrize("answer", [setup_plain, setup_strings, setup_with_utils,
+                                    setup_keyword_device, setup_backend_first,
+                                    setup_string_device])
 def test_setup_device_passes_however_written(answer):
     _status(checks.check_setup_device(answer), checks.PASSED)
 
@@ -90,6 +126,7 @@ def test_setup_device_passes_however_written(answer):
     (setup_global_rank, "the GPU index on this machine is LOCAL_RANK"),
     (setup_without_set_device, "set_device(local_rank) was not called"),
     (setup_touches_cuda_first, "torch.cuda.manual_seed() ran before set_device"),
+    (setup_asks_current_device_first, "torch.cuda.current_device() ran before set_device"),
     (setup_gloo_on_gpus, "the GPU backend is 'nccl'"),
     (setup_always_cpu, "Use 'cuda:LOCAL_RANK'"),
 ])
@@ -109,7 +146,10 @@ def test_setup_device_stub_is_not_attempted():
     lambda path, device: torch.load(path, map_location=str(device), weights_only=True),
     lambda path, device: torch.load(path, map_location="cpu"),
     lambda path, device: torch.load(path, map_location={"cuda:0": str(device)}),
-], ids=["device", "string", "cpu", "dict"])
+    lambda path, device: torch.load(path, weights_only=True, map_location=torch.device(device)),
+    lambda path, device: torch.load(open(path, "rb"), map_location=device),  # noqa: SIM115
+    lambda path, device: torch.load(path, map_location=lambda storage, tag: storage.to(device=device)),
+], ids=["device", "string", "cpu", "dict", "keywords-first", "file-object", "callable"])
 def test_rank_aware_load_passes_however_written(answer, tmp_path):
     _status(checks.check_rank_aware_load(answer, folder=tmp_path), checks.PASSED)
 
@@ -148,6 +188,38 @@ def save_with_get_model_state_dict(ddp, path):
     dist.barrier()
 
 
+def save_if_not_rank(ddp, path):
+    if not dist.get_rank():
+        with open(path, "wb") as handle:
+            torch.save(ddp.module.state_dict(), handle)
+    dist.barrier()
+
+
+def save_prefix_consumed(ddp, path):
+    from torch.nn.modules.utils import consume_prefix_in_state_dict_if_present
+
+    state = ddp.state_dict()
+    consume_prefix_in_state_dict_if_present(state, "module.")  # in place
+    if dist.get_rank() == 0:
+        torch.save(state, path)
+    dist.barrier()
+
+
+def save_prefix_removed(ddp, path):
+    state = {key.removeprefix("module."): value for key, value in ddp.state_dict().items()}
+    if dist.get_rank() == 0:
+        torch.save(state, path)
+    dist.barrier()
+
+
+def save_with_barrier_in_finally(ddp, path):
+    try:
+        if dist.get_rank() == 0:
+            torch.save(ddp.module.state_dict(), path)
+    finally:
+        dist.barrier()
+
+
 def save_on_every_rank(ddp, path):
     torch.save(ddp.module.state_dict(), path)
     dist.barrier()
@@ -164,19 +236,22 @@ def save_without_barrier(ddp, path):
         torch.save(ddp.module.state_dict(), path)
 
 
+RIGHT_SAVES = [save_module_state_dict, save_with_get_model_state_dict, save_if_not_rank,
+               save_prefix_consumed, save_prefix_removed, save_with_barrier_in_finally]
+
+
 @pytest.fixture(scope="module")
 def judged(tmp_path_factory):
     """One real launch for the whole table; also leaves the sharded checkpoint."""
     folder = tmp_path_factory.mktemp("lab08")
-    answers = [save_module_state_dict, save_with_get_model_state_dict, save_on_every_rank,
-               save_wrapper_keys, save_without_barrier]
+    answers = [*RIGHT_SAVES, save_on_every_rank, save_wrapper_keys, save_without_barrier]
     started = time.monotonic()
     verdicts = lab08.judge_saves(answers, folder=str(folder), slow_s=1.0)
     print(f"one launch, {len(answers)} answers: {time.monotonic() - started:.1f} s")
     return folder, dict(zip([a.__name__ for a in answers], verdicts, strict=True))
 
 
-@pytest.mark.parametrize("name", ["save_module_state_dict", "save_with_get_model_state_dict"])
+@pytest.mark.parametrize("name", [answer.__name__ for answer in RIGHT_SAVES])
 def test_save_on_rank_zero_passes_however_written(judged, name):
     _status(judged[1][name], checks.PASSED)
 
@@ -218,12 +293,44 @@ def load_via_conversion(folder, model):
     model.load_state_dict(torch.load(target, weights_only=True)["model"])
 
 
+def load_into_live_tensors(folder, model):
+    dcp.load({"model": model.state_dict()}, checkpoint_id=folder)  # the model's own tensors
+
+
+def load_with_reader(folder, model):
+    state = {"model": model.state_dict()}
+    dcp.load(state, storage_reader=dcp.FileSystemReader(folder))
+    model.load_state_dict(state["model"])
+
+
+def load_with_state_dict_helpers(folder, model):
+    from torch.distributed.checkpoint.state_dict import set_model_state_dict
+
+    state = {"model": get_model_state_dict(model)}
+    dcp.load(state, checkpoint_id=folder)
+    set_model_state_dict(model, state["model"])
+
+
+def load_via_temporary_file(folder, model):
+    import tempfile
+
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    with tempfile.TemporaryDirectory() as scratch:
+        target = os.path.join(scratch, "full.pt")
+        dcp_to_torch_save(folder, target)
+        state = torch.load(target, map_location="cpu", weights_only=True)
+    model.load_state_dict(state["model"])
+
+
 def load_forgets_to_copy(folder, model):
     state = {"model": {k: v.clone() for k, v in model.state_dict().items()}}
     dcp.load(state, checkpoint_id=folder)
 
 
-@pytest.mark.parametrize("answer", [load_in_place, load_via_conversion])
+@pytest.mark.parametrize("answer", [load_in_place, load_via_conversion, load_into_live_tensors,
+                                    load_with_reader, load_with_state_dict_helpers,
+                                    load_via_temporary_file])
 def test_load_sharded_passes_however_written(judged, answer):
     _status(checks.check_load_sharded(answer, folder=str(judged[0])), checks.PASSED)
 

@@ -83,8 +83,14 @@ def _fake_gpu_machine(gpus: int = 4) -> Iterator[list[tuple[str, object]]]:
                mock.patch.object(torch.cuda, "device_count", lambda: gpus),
                mock.patch.object(torch.cuda, "set_device",
                                  lambda d: calls.append(("set_device", d)))]
+    def current_device() -> int:  # as on a real machine: the index set_device chose
+        calls.append(("current_device", ()))
+        chosen = [_index(d) for name, d in calls if name == "set_device"]
+        return chosen[-1] if chosen and chosen[-1] is not None else 0
+
+    patches.append(mock.patch.object(torch.cuda, "current_device", current_device))
     for name in _TOUCHES:
-        if hasattr(torch.cuda, name):
+        if name != "current_device" and hasattr(torch.cuda, name):
             patches.append(mock.patch.object(
                 torch.cuda, name,
                 lambda *a, _name=name, **k: calls.append((_name, a)) or 0))
