@@ -148,7 +148,7 @@ def test_setup_device_stub_is_not_attempted():
     lambda path, device: torch.load(path, map_location={"cuda:0": str(device)}),
     lambda path, device: torch.load(path, weights_only=True, map_location=torch.device(device)),
     lambda path, device: torch.load(open(path, "rb"), map_location=device),  # noqa: SIM115
-    lambda path, device: torch.load(path, map_location=lambda storage, tag: storage.to(device=device)),
+    lambda path, device: torch.load(path, map_location=lambda s, tag: s.to(device=device)),
 ], ids=["device", "string", "cpu", "dict", "keywords-first", "file-object", "callable"])
 def test_rank_aware_load_passes_however_written(answer, tmp_path):
     _status(checks.check_rank_aware_load(answer, folder=tmp_path), checks.PASSED)
