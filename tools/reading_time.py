@@ -1,0 +1,270 @@
+"""Estimate how long a notebook takes to read: its main flow, and everything in it.
+
+The estimate is a plain sum over what a reader meets, with these constants:
+
+- prose: ``WORDS_PER_MINUTE`` words a minute. A word is a whitespace-separated token with a
+  letter or digit in it, after dropping HTML tags and comments, link targets (``[text](url)``
+  keeps ``text``), images and bare URLs. Fenced code in markdown counts as code lines.
+- code: ``SECONDS_PER_CODE_LINE`` for each non-blank line (reading it, matching it to the prose,
+  running it).
+- outputs: ``SECONDS_PER_OUTPUT`` for each output a cell shows (text, a result, an error),
+  ``SECONDS_PER_FIGURE`` for an image.
+- quizzes (code cells starting ``utils.quiz(``, whose source is collapsed): ``SECONDS_PER_QUIZ``
+  each, for reading the question, thinking and answering; their source is not counted.
+- the generated badge/navigation cells (tags ``nav-header``, ``nav-footer``) count nothing.
+
+The *main flow* is what a first read meets with every collapsible part closed. It leaves out:
+
+- whatever is inside ``<details>`` in a markdown cell (the ``<summary>`` line stays);
+- a section whose heading starts with one of ``OPTIONAL_HEADINGS`` ("Going deeper",
+  "On a CPU-only machine"): that cell and every cell after it up to the next heading of the
+  same or a higher level (the cells JupyterLab hides when the heading is collapsed);
+- a cell tagged with one of ``OPTIONAL_TAGS`` (``going-deeper``, ``cpu-only``);
+- the source of a code cell collapsed with ``metadata.jupyter.source_hidden`` (its outputs
+  stay), and outputs collapsed with ``metadata.jupyter.outputs_hidden``.
+
+*Everything* counts all of it.
+
+Why these constants: 150 words a minute is a careful pace for technical prose read to learn
+(everyday reading runs at 200-250); a few seconds a line is enough to read a short line of
+code, see what it does and run it; an output is glanced at and checked against the prose, a
+figure looked at for longer; a quiz asks the reader to stop and think. Checked against the one
+measurement we have (issue 16): a newcomer read the README and notebooks 00-06 in about 3.5
+hours, 04 in 45 minutes. With these constants 00-06 as they were then add up to 201 minutes
+(3.4 hours; the README is not counted) and 04 to 36 minutes: the estimate counts what there is
+to read, not how hard it is, and that reader rated 04's clarity 2 out of 5.
+
+Used by tools/build_nav.py (the README table's "Read" column) and tests/test_reading_time.py.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import lessons  # noqa: E402
+
+WORDS_PER_MINUTE = 150
+SECONDS_PER_CODE_LINE = 5
+SECONDS_PER_OUTPUT = 15
+SECONDS_PER_FIGURE = 30
+SECONDS_PER_QUIZ = 60
+MAIN_FLOW_LIMIT_MINUTES = 30
+
+NAV_TAGS = {"nav-header", "nav-footer"}
+OPTIONAL_TAGS = {"going-deeper", "cpu-only"}
+OPTIONAL_HEADINGS = ("going deeper", "on a cpu-only machine")
+
+_HEADING = re.compile(r"^(#{1,6})\s+(.*)$")
+_FENCE = re.compile(r"^\s*(```|~~~)")
+_DETAILS_PARTS = re.compile(
+    r"(<details\b[^>]*>|</details\s*>|<summary\b[^>]*>|</summary\s*>)", re.IGNORECASE
+)
+
+
+@dataclass(frozen=True)
+class Tally:
+    """What a reader meets: prose words, code lines, outputs, figures, quizzes."""
+
+    words: int = 0
+    code_lines: int = 0
+    outputs: int = 0
+    figures: int = 0
+    quizzes: int = 0
+
+    def __add__(self, other: Tally) -> Tally:
+        return Tally(
+            self.words + other.words,
+            self.code_lines + other.code_lines,
+            self.outputs + other.outputs,
+            self.figures + other.figures,
+            self.quizzes + other.quizzes,
+        )
+
+    @property
+    def seconds(self) -> float:
+        """The reading time of this tally, in seconds, with the module's constants."""
+        return (
+            self.words * 60 / WORDS_PER_MINUTE
+            + self.code_lines * SECONDS_PER_CODE_LINE
+            + self.outputs * SECONDS_PER_OUTPUT
+            + self.figures * SECONDS_PER_FIGURE
+            + self.quizzes * SECONDS_PER_QUIZ
+        )
+
+    @property
+    def minutes(self) -> int:
+        """The reading time rounded up to whole minutes (0 only for nothing to read)."""
+        return math.ceil(self.seconds / 60)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A notebook's reading time: ``main`` (first read, collapsible parts closed) and ``all``."""
+
+    main: Tally
+    all: Tally
+
+    def text(self) -> str:
+        """'25 / 40 min': main flow / everything, as the README table shows it."""
+        return f"{self.main.minutes} / {self.all.minutes} min"
+
+
+def _prose_and_code(markdown: str) -> Tally:
+    """Count the prose words and fenced code lines of a piece of markdown."""
+    words = code_lines = 0
+    in_fence = False
+    prose = []
+    for line in markdown.splitlines():
+        if _FENCE.match(line):
+            in_fence = not in_fence
+        elif in_fence:
+            code_lines += bool(line.strip())
+        else:
+            prose.append(line)
+    text = "\n".join(prose)
+    text = re.sub(r"<!--.*?-->", " ", text, flags=re.DOTALL)
+    text = re.sub(r"!\[[^\]]*\]\([^)]*\)", " ", text)  # images
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", text)  # links keep their text
+    text = re.sub(r"<[^>]+>", " ", text)  # HTML tags
+    text = re.sub(r"https?://\S+", " ", text)
+    words = sum(1 for token in text.split() if re.search(r"\w", token))
+    return Tally(words=words, code_lines=code_lines)
+
+
+def _split_details(markdown: str) -> tuple[str, str]:
+    """Split markdown into (what shows with every <details> closed, what is inside them)."""
+    shown, hidden = [], []
+    depth = 0
+    in_summary = False
+    for part in _DETAILS_PARTS.split(markdown):
+        lower = part.lower()
+        if lower.startswith("<details"):
+            depth += 1
+        elif lower.startswith("</details"):
+            depth = max(depth - 1, 0)
+        elif lower.startswith("<summary"):
+            in_summary = True
+        elif lower.startswith("</summary"):
+            in_summary = False
+        # A summary shows when its own <details> sits in visible text (depth 1).
+        elif depth == 0 or (in_summary and depth == 1):
+            shown.append(part)
+        else:
+            hidden.append(part)
+    return "\n".join(shown), "\n".join(hidden)
+
+
+def _headings(markdown: str) -> list[tuple[int, str]]:
+    """The (level, text) of each markdown heading outside code fences and <details>."""
+    shown, _ = _split_details(markdown)
+    found, in_fence = [], False
+    for line in shown.splitlines():
+        if _FENCE.match(line):
+            in_fence = not in_fence
+        elif not in_fence and (match := _HEADING.match(line.strip())):
+            found.append((len(match.group(1)), match.group(2)))
+    return found
+
+
+def _is_optional_heading(text: str) -> bool:
+    plain = re.sub(r"[*_`]", "", text).strip().lower()
+    plain = re.sub(r"^[\d.]+\s*", "", plain)  # "5. Going deeper" numbered like any section
+    return plain.startswith(OPTIONAL_HEADINGS)
+
+
+def _outputs(cell: dict) -> Tally:
+    outputs = figures = 0
+    for output in cell.get("outputs", []):
+        if any(kind.startswith("image/") for kind in output.get("data", {})):
+            figures += 1
+        else:
+            outputs += 1
+    return Tally(outputs=outputs, figures=figures)
+
+
+def _cell(cell: dict) -> tuple[Tally, Tally]:
+    """Return (main-flow tally, tally of what is collapsed) of one cell read on its own."""
+    metadata = cell.get("metadata", {})
+    jupyter = metadata.get("jupyter", {})
+    source = cell.get("source", "")
+    source = "".join(source) if isinstance(source, list) else source
+    if cell.get("cell_type") == "markdown":
+        shown, hidden = _split_details(source)
+        return _prose_and_code(shown), _prose_and_code(hidden)
+    if cell.get("cell_type") != "code":
+        return Tally(), Tally()
+    if source.lstrip().startswith("utils.quiz("):
+        return Tally(quizzes=1), Tally()  # the quiz's cost covers its question and buttons
+    code = Tally(code_lines=sum(1 for line in source.splitlines() if line.strip()))
+    outputs = _outputs(cell)
+    main, collapsed = Tally(), Tally()
+    if jupyter.get("source_hidden"):
+        collapsed += code
+    else:
+        main += code
+    if jupyter.get("outputs_hidden"):
+        collapsed += outputs
+    else:
+        main += outputs
+    return main, collapsed
+
+
+def estimate_cells(cells: list[dict]) -> Estimate:
+    """Return the reading-time ``Estimate`` of a list of notebook cells (nbformat 4 dicts)."""
+    main, everything = Tally(), Tally()
+    optional_level = None  # the level of the optional section we are in, if any
+    for cell in cells:
+        tags = set(cell.get("metadata", {}).get("tags", []))
+        if tags & NAV_TAGS:
+            continue
+        if cell.get("cell_type") == "markdown":
+            source = cell.get("source", "")
+            source = "".join(source) if isinstance(source, list) else source
+            for level, text in _headings(source):
+                if _is_optional_heading(text):
+                    if optional_level is None or level <= optional_level:
+                        optional_level = level
+                elif optional_level is not None and level <= optional_level:
+                    optional_level = None
+        shown, collapsed = _cell(cell)
+        everything += shown + collapsed
+        if optional_level is None and not tags & OPTIONAL_TAGS:
+            main += shown
+    return Estimate(main=main, all=everything)
+
+
+def estimate(path: Path) -> Estimate:
+    """Return the reading-time ``Estimate`` of the notebook at ``path``."""
+    try:
+        notebook = json.loads(Path(path).read_text(encoding="utf-8"))
+        cells = notebook["cells"]
+    except (OSError, ValueError, KeyError) as error:
+        raise ValueError(f"{path}: cannot read it as a notebook ({error})") from None
+    return estimate_cells(cells)
+
+
+def main() -> int:
+    """Print each lesson notebook's estimate, with what it counted."""
+    print(
+        f"constants: {WORDS_PER_MINUTE} words/min, {SECONDS_PER_CODE_LINE} s/code line, "
+        f"{SECONDS_PER_OUTPUT} s/output, {SECONDS_PER_FIGURE} s/figure, {SECONDS_PER_QUIZ} s/quiz"
+    )
+    total_main = total_all = 0
+    for path in lessons.lesson_notebooks():
+        result = estimate(path)
+        total_main += result.main.minutes
+        total_all += result.all.minutes
+        flag = "  OVER" if result.main.seconds > MAIN_FLOW_LIMIT_MINUTES * 60 else ""
+        print(f"{path.name:34} {result.text():>14}   main {result.main}{flag}")
+    print(f"{'total':34} {f'{total_main} / {total_all} min':>14}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
