@@ -131,8 +131,9 @@ class Ledger:
 
     def summary(self) -> str:
         """One line: copies, bytes and waits, for printing."""
-        return (f"{len(self.copies)} copies between devices, {format_bytes(self.bytes_moved)}; "
-                f"{len(self.waits)} host waits")
+        copies, waits = len(self.copies), len(self.waits)
+        return (f"{copies} cop{'y' if copies == 1 else 'ies'} between devices, "
+                f"{format_bytes(self.bytes_moved)}; {waits} host wait{'' if waits == 1 else 's'}")
 
     # ---------------------------------------------------------------- recording
 
