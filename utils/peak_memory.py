@@ -15,6 +15,8 @@ import sys
 import torch
 from torch import nn
 
+from utils.step_memory import resident_bytes
+
 
 def build() -> nn.Module:
     return nn.Sequential(*[nn.Linear(2048, 2048) for _ in range(4)])
@@ -24,8 +26,7 @@ def peak_mib() -> float:
     """This process's peak resident memory. On Linux VmHWM: ru_maxrss there would
     include the parent's peak, carried across exec."""
     try:
-        with open("/proc/self/status") as status:
-            return int(status.read().split("VmHWM:")[1].split()[0]) / 1024
+        return resident_bytes("VmHWM") / 2**20
     except OSError:
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # macOS: bytes
 

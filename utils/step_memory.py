@@ -39,8 +39,9 @@ def train_step(model: nn.Module, batch: torch.Tensor) -> None:
     optimizer.step()
 
 
-def _resident(field: str) -> int:
-    """VmHWM (the peak) or VmRSS (now) of this process, in bytes."""
+def resident_bytes(field: str) -> int:
+    """VmHWM (the peak) or VmRSS (now) of this process, in bytes, from /proc (Linux only;
+    OSError elsewhere). Used here and by utils.peak_memory (06_training_checkpoints)."""
     with open("/proc/self/status") as status:
         return int(status.read().split(f"{field}:")[1].split()[0]) * 1024
 
@@ -67,9 +68,9 @@ def measure_training_step(width: int, depth: int, batch_size: int) -> float:
         gc.collect()
         with open("/proc/self/clear_refs", "w") as refs:
             refs.write("5")  # the peak (VmHWM) starts again from the memory in use now
-        base = _resident("VmRSS")
+        base = resident_bytes("VmRSS")
         train_step(mlp(width, depth), torch.randn(batch_size, width))
-        return float(_resident("VmHWM") - base)
+        return float(resident_bytes("VmHWM") - base)
     finally:
         libc.mallopt(_M_MMAP_THRESHOLD, _GLIBC_DEFAULT_THRESHOLD)
 
