@@ -87,3 +87,109 @@ def test_every_lab_says_how_to_keep_your_work_on_colab_and_binder():
         assert build_nav.HEADER_TAG in header.metadata["tags"], path.name
         assert header.source.endswith(f"\n\n{line}"), f"{path.name}: run `make nav`"
 
+
+
+def _hidden_when_folded(cells: list) -> set[int]:
+    """Indexes of the cells a reader does not see when the notebook opens: JupyterLab's rule.
+
+    A folded heading cell hides every cell after it up to the next cell whose first heading
+    is of the same or a higher level; a cell folded with source and outputs hidden is hidden.
+    """
+    import reading_time
+
+    hidden, folded_level = set(), None
+    for index, cell in enumerate(cells):
+        heading = reading_time.headings(build_nav.source(cell))[:1] if (
+            cell.cell_type == "markdown") else []
+        if folded_level is not None and heading and heading[0][0] <= folded_level:
+            folded_level = None
+        if folded_level is not None:
+            hidden.add(index)
+        elif cell.metadata.get(build_nav.JUPYTERLAB_COLLAPSED):
+            folded_level = heading[0][0]
+        jupyter = cell.metadata.get("jupyter", {})
+        if jupyter.get("source_hidden") and jupyter.get("outputs_hidden"):
+            hidden.add(index)
+    return hidden
+
+
+def _outside_main_flow(cells: list) -> set[int]:
+    """Indexes of the cells tools/reading_time.py counts only in 'everything'."""
+    import reading_time
+
+    return {index for index, cell in enumerate(cells)
+            if reading_time.estimate_cells(cells[: index + 1]).main
+            == reading_time.estimate_cells(cells[:index]).main
+            and reading_time.estimate_cells([cell]).all != reading_time.Tally()}
+
+
+def _synthetic_notebook():
+    import nbformat
+
+    markdown, code = nbformat.v4.new_markdown_cell, nbformat.v4.new_code_cell
+    cells = [
+        markdown("## 1. The lesson", id="lesson"),
+        code("x = 1", id="lesson-code"),
+        markdown("### Going deeper: the internals", id="deeper"),
+        code("y = 2", id="deeper-code"),
+        markdown("## 2. **On a CPU-only machine**", id="cpu-only"),
+        markdown("What meta does here.", id="cpu-only-text"),
+        markdown("## 3. Back to the lesson", id="back", metadata={
+            build_nav.JUPYTERLAB_COLLAPSED: True}),  # stale: no longer an optional heading
+        code("z = 3", id="tagged", metadata={"tags": ["going-deeper"]}),
+        code("print(z)", id="after"),
+    ]
+    return nbformat.v4.new_notebook(cells=cells)
+
+
+def test_going_deeper_and_cpu_only_headings_open_folded_in_jupyterlab_and_colab():
+    notebook = _synthetic_notebook()
+    folded = build_nav.collapse_optional_parts(notebook, notebook.cells)
+    assert folded == ["deeper", "cpu-only"]
+    assert notebook.metadata["colab"]["collapsed_sections"] == ["deeper", "cpu-only"]
+    by_id = {cell.id: cell for cell in notebook.cells}
+    for name in folded:
+        assert by_id[name].metadata[build_nav.JUPYTERLAB_COLLAPSED] is True
+        assert by_id[name].metadata["id"] == name  # where Colab looks for a cell's id
+    assert build_nav.JUPYTERLAB_COLLAPSED not in by_id["back"].metadata
+    assert by_id["tagged"].metadata["jupyter"] == {"source_hidden": True, "outputs_hidden": True}
+    hidden = {notebook.cells[i].id for i in _hidden_when_folded(notebook.cells)}
+    assert hidden == {"deeper-code", "cpu-only-text", "tagged"}
+
+
+def test_what_opens_folded_is_exactly_what_the_reading_time_leaves_out_of_the_main_flow():
+    import nbformat
+
+    checked = 0
+    for path in lessons.lesson_notebooks():
+        cells = nbformat.read(path, as_version=4).cells
+        folded_away = _hidden_when_folded(cells)
+        left_out = _outside_main_flow(cells)
+        # A folded heading's own cell stays visible (its title is what a reader clicks), and
+        # a <details> block is closed inside a visible cell: neither is a whole hidden cell.
+        assert folded_away <= left_out, f"{path.name}: folded but counted in the main flow"
+        missing = {i for i in left_out - folded_away
+                   if not cells[i].metadata.get(build_nav.JUPYTERLAB_COLLAPSED)
+                   and "<details" not in build_nav.source(cells[i])}
+        assert not missing, (f"{path.name}: cells {sorted(missing)} are left out of the main "
+                             "flow's reading time but open unfolded; run `make nav`")
+        checked += len(left_out)
+    assert checked, "no notebook has a collapsible part yet"
+
+
+def test_an_optional_heading_is_the_first_heading_of_its_cell():
+    import reading_time
+
+    for path in lessons.lesson_notebooks():
+        for cell in nbformat_cells(path):
+            found = reading_time.headings(build_nav.source(cell)) if cell.cell_type == (
+                "markdown") else []
+            late = [text for _, text in found[1:] if reading_time.is_optional_heading(text)]
+            assert not late, (f"{path.name} cell {cell.id}: {late[0]!r} is not the cell's first "
+                              "heading, so JupyterLab cannot fold it: start a new cell with it")
+
+
+def nbformat_cells(path: Path) -> list:
+    import nbformat
+
+    return nbformat.read(path, as_version=4).cells

@@ -186,8 +186,54 @@ def with_generated_cells(notebook: nbformat.NotebookNode, path: Path) -> nbforma
             # so a learner sees the question and the buttons, not the answer key.
             cell.metadata.setdefault("jupyter", {})["source_hidden"] = True
             cell.metadata["cellView"] = "form"
+    collapse_optional_parts(notebook, cells)
     notebook.cells = [header, *cells, footer]
     return notebook
+
+
+#: Cell metadata that makes JupyterLab (4.x) open a heading cell with its section folded.
+JUPYTERLAB_COLLAPSED = "jp-MarkdownHeadingCollapsed"
+
+
+def collapse_optional_parts(notebook: nbformat.NotebookNode, cells: list) -> list[str]:
+    """Fold, by default, the parts of ``cells`` a first read skips; return the folded headings' ids.
+
+    The parts are the ones tools/reading_time.py leaves out of the main flow (issue 16):
+    a heading that starts "Going deeper" or "On a CPU-only machine" opens folded in JupyterLab
+    (``jp-MarkdownHeadingCollapsed``, which hides the cells up to the next heading of the same
+    or a higher level) and in Colab (the notebook's ``colab.collapsed_sections`` lists the
+    heading cells' ids, which Colab reads from ``metadata.id``); a cell tagged ``going-deeper``
+    or ``cpu-only`` opens with its source and outputs folded (``cellView: form`` in Colab).
+    ``<details>`` blocks need nothing: they open closed everywhere. Metadata left from an
+    earlier run on a cell that is no longer optional is removed, so the result depends on the
+    cells alone.
+    """
+    folded = []
+    for cell in cells:
+        optional_heading = cell.cell_type == "markdown" and any(
+            reading_time.is_optional_heading(text)
+            for _, text in reading_time.headings(source(cell))[:1]
+        )
+        if optional_heading:
+            cell.metadata[JUPYTERLAB_COLLAPSED] = True
+            cell.metadata["id"] = cell.get("id")
+            folded.append(cell.get("id"))
+        else:
+            cell.metadata.pop(JUPYTERLAB_COLLAPSED, None)
+            if cell.metadata.get("id") == cell.get("id"):
+                cell.metadata.pop("id", None)
+        if set(tags(cell)) & reading_time.OPTIONAL_TAGS:
+            cell.metadata.setdefault("jupyter", {}).update(source_hidden=True, outputs_hidden=True)
+            if cell.cell_type == "code":
+                cell.metadata["cellView"] = "form"
+    colab = notebook.metadata.setdefault("colab", {})
+    if folded:
+        colab["collapsed_sections"] = folded
+    else:
+        colab.pop("collapsed_sections", None)
+    if not colab:
+        notebook.metadata.pop("colab")
+    return folded
 
 
 def readme_table() -> str:

@@ -160,7 +160,7 @@ def _split_details(markdown: str) -> tuple[str, str]:
     return "\n".join(shown), "\n".join(hidden)
 
 
-def _headings(markdown: str) -> list[tuple[int, str]]:
+def headings(markdown: str) -> list[tuple[int, str]]:
     """The (level, text) of each markdown heading outside code fences and <details>."""
     shown, _ = _split_details(markdown)
     found, in_fence = [], False
@@ -172,7 +172,7 @@ def _headings(markdown: str) -> list[tuple[int, str]]:
     return found
 
 
-def _is_optional_heading(text: str) -> bool:
+def is_optional_heading(text: str) -> bool:
     plain = re.sub(r"[*_`]", "", text).strip().lower()
     plain = re.sub(r"^[\d.]+\s*", "", plain)  # "5. Going deeper" numbered like any section
     return plain.startswith(OPTIONAL_HEADINGS)
@@ -226,8 +226,8 @@ def estimate_cells(cells: list[dict]) -> Estimate:
         if cell.get("cell_type") == "markdown":
             source = cell.get("source", "")
             source = "".join(source) if isinstance(source, list) else source
-            for level, text in _headings(source):
-                if _is_optional_heading(text):
+            for level, text in headings(source):
+                if is_optional_heading(text):
                     if optional_level is None or level <= optional_level:
                         optional_level = level
                 elif optional_level is not None and level <= optional_level:

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Run the whole collection on a CUDA machine and keep what it showed (issue 13).
+#
+# Meant for the device tool's GPU machine, from the repository root, with the wheels of
+# nbval, nbclient, ipykernel, ipywidgets and their needs in .whl/ (see docs/gpu-verification.md):
+#     bash tools/gpu_verify.sh            # writes under $OUT (default /tmp/gpu-verify)
+# It writes at most 8 files: log.txt (machine, versions, each step's verdict), nbval.txt
+# (every notebook and lab solution under nbval in lax mode: the cells and their asserts run on
+# the GPU branches; outputs are not compared, they differ from the stored CPU ones),
+# executed.tar.gz (each notebook as it ran here, from tools/gpu_run_notebooks.py) and
+# probe.txt (tools/gpu_probe.py: the exact text of each GPU-only message the notebooks quote).
+set -u
+OUT=${OUT:-/tmp/gpu-verify}
+mkdir -p "$OUT"
+log="$OUT/log.txt"
+if [ -d .whl ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target /tmp/site .whl/*.whl >>"$log" 2>&1 || { echo "wheel install failed" >>"$log"; exit 1; }
+    export PYTHONPATH=/tmp/site
+fi
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 MPLBACKEND=Agg
+export LESSONS_WIDGETS=text
+unset LESSONS_DEVICE
+{
+    date -u
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
+    nvidia-smi | sed -n 3p
+    python3 - <<'PY'
+import sys, torch
+print("python", sys.version.split()[0])
+print("torch", torch.__version__, "CUDA", torch.version.cuda, "cuDNN", torch.backends.cudnn.version())
+print("GPU", torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none",
+      "count", torch.cuda.device_count())
+import utils; print(utils.environment_report())
+PY
+} >>"$log" 2>&1
+
+step() {  # step NAME COMMAND...: run it, time it, record its exit status in the log
+    local name=$1; shift
+    local start=$SECONDS
+    "$@"
+    local rc=$?
+    echo "== $name: rc=$rc in $((SECONDS - start)) s" >>"$log"
+}
+
+step executed python3 tools/gpu_run_notebooks.py /tmp/executed >>"$log" 2>&1
+tar czf "$OUT/executed.tar.gz" -C /tmp executed
+step probe python3 tools/gpu_probe.py >"$OUT/probe.txt" 2>&1
+step nbval-lax python3 -m pytest --noconftest -o addopts= -p no:cacheprovider \
+    --nbval-lax --nbval-current-env --nbval-cell-timeout 300 -n 8 --dist loadfile \
+    -q -rfE notebooks labs/solutions >"$OUT/nbval.txt" 2>&1
+cat "$log"
