@@ -69,6 +69,8 @@ def cross_device_messages(gpu: torch.device) -> None:
           lambda: torch.bmm(torch.randn(2, 3, 4, device=gpu), torch.randn(2, 4, 5)))
     no_bias = nn.Linear(4, 3, bias=False).to(gpu)
     probe("Linear(bias=False) on cuda, input on cpu (04)", lambda: no_bias(torch.randn(2, 4)))
+    probe("gather on cuda with a cpu index (04)",
+          lambda: torch.gather(torch.randn(2, 3, device=gpu), 1, torch.tensor([[0], [1]])))
     probe(".numpy() of a cuda tensor (04)", lambda: torch.ones(2, device=gpu).numpy())
     probe("float64 on cuda (01: allowed on CUDA, not on MPS)",
           lambda: torch.ones(2, device=gpu, dtype=torch.float64).dtype)
@@ -99,6 +101,23 @@ def module_to_facts(gpu: torch.device) -> None:
         return {name: value.device for name, value in
                 optimizer.state[optimizer_model.weight].items()}
     probe("Adagrad built before model.to(cuda), then step (02)", step)
+
+
+def optimizer_state_on_load(gpu: torch.device) -> None:
+    model = nn.Linear(3, 2).to(gpu)
+    adam = torch.optim.Adam(model.parameters())
+    model(torch.randn(4, 3, device=gpu)).sum().backward()
+    adam.step()
+    saved = adam.state_dict()
+    probe("Adam's step counter after a step on cuda (06)",
+          lambda: adam.state[model.weight]["step"].device)
+    for where in ("cpu", gpu):
+        fresh = torch.optim.Adam(model.parameters())
+        moved = {**saved, "state": {k: {n: t.to(where) for n, t in v.items()}
+                                    for k, v in saved["state"].items()}}
+        fresh.load_state_dict(moved)
+        probe(f"Adam loaded from a state on {where}: where step and exp_avg end up (06)",
+              lambda fresh=fresh: {n: t.device for n, t in fresh.state[model.weight].items()})
 
 
 def load_messages(gpu: torch.device, scratch: Path) -> None:
@@ -199,6 +218,7 @@ def main() -> int:
         scratch = Path(folder)
         cross_device_messages(gpu)
         module_to_facts(gpu)
+        optimizer_state_on_load(gpu)
         load_messages(gpu, scratch)
         probe("dcp.async_save with nccl alone (08)",
               lambda: in_fresh_process(ASYNC_SAVE_NCCL_ONLY % str(scratch / "dcp")))

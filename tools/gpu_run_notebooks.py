@@ -4,9 +4,10 @@
 
 Unlike tools/run_notebooks.py (which makes the stored CPU outputs), this leaves
 ``LESSONS_DEVICE`` unset, so on a GPU machine every notebook takes its GPU branches. It never
-writes into the repository: each executed notebook goes to OUT_FOLDER under its own name, with
-a ``summary.txt`` line per notebook (passed, or the first failing cell and its error) and its
-wall time. Cells tagged ``raises-exception`` may raise, as in the tests. Notebooks run in
+writes into the repository: each executed notebook goes to OUT_FOLDER under its own name, and
+a line per notebook (passed, or the first failing cell and its error, and its wall time) is
+appended to OUT_FOLDER/summary.txt, so that one notebook can run alone after the others (for
+its timings). Cells tagged ``raises-exception`` may raise, as in the tests. Notebooks run in
 parallel, one fresh kernel each. Used by tools/gpu_verify.sh (docs/gpu-verification.md).
 """
 
@@ -60,7 +61,8 @@ def main(argv: list[str]) -> int:
     os.environ.setdefault("LESSONS_WIDGETS", "text")
     with ProcessPoolExecutor(max_workers=min(8, len(paths))) as pool:
         lines = list(pool.map(run_one, paths, [out] * len(paths)))
-    (out / "summary.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    with (out / "summary.txt").open("a", encoding="utf-8") as summary:  # a run may come in parts
+        summary.write("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0 if all(": passed" in line for line in lines) else 1
 
