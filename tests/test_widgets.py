@@ -178,6 +178,23 @@ def test_scenario_report_is_plain_text_with_code_and_outcome():
     assert "weight: cpu" in report and "<" not in report
 
 
+def test_a_load_that_lands_elsewhere_than_wanted_says_so():
+    # What a GPU machine shows for a cuda:0 file loaded with no map_location "for use on cpu"
+    # (docs/gpu-verification.md); built here from the outcome, so it runs on any machine.
+    outcome = {"code": "", "how": "", "error": None, "wanted": "cpu",
+               "devices": {"weight": "cuda:0", "bias": "cuda:0"}}
+    note = lessons_widgets.misplaced_note(outcome)
+    assert note.startswith("Not where this code wanted them: on cuda:0, not cpu.")
+    assert note in lessons_widgets.scenario_report(outcome)
+
+
+@pytest.mark.parametrize("kind", ["none", "'cpu'", "device", "dict", "callable"])
+def test_a_load_onto_the_wanted_device_adds_no_note(kind):
+    outcome = lessons_widgets.run_scenario("cpu", "cpu", kind)
+    assert outcome["wanted"] == "cpu" and lessons_widgets.misplaced_note(outcome) == ""
+    assert "Not where" not in lessons_widgets.scenario_report(outcome)
+
+
 def test_scenario_with_an_unknown_map_location_form_lists_the_forms():
     with pytest.raises(ValueError, match="is not one of"):
         lessons_widgets.run_scenario("cpu", "cpu", "lambda")

@@ -305,7 +305,24 @@ def run_scenario(
                     "devices": None, "error": message}
     devices = {key: str(value.device) for key, value in loaded.items()}
     return {"code": scenario_code(saved_on, loaded_on, kind), "how": how,
-            "devices": devices, "error": None}
+            "devices": devices, "error": None, "wanted": loaded_on}
+
+
+def misplaced_note(result: Mapping[str, Any]) -> str:
+    """Return a sentence when a load succeeded but not onto the device the code wanted, else "".
+
+    On a GPU machine a file saved on ``cuda:0`` and loaded with no ``map_location`` lands on
+    ``cuda:0`` even though the code wanted the CPU: no error, and the wrong place (seen on an
+    H200, docs/gpu-verification.md). For 05_save_load_scenarios.
+    """
+    wanted = result.get("wanted")
+    if result["error"] or wanted is None:
+        return ""
+    landed = sorted({device for device in result["devices"].values()})
+    if landed == [str(torch.device(wanted))]:
+        return ""
+    return (f"Not where this code wanted them: on {', '.join(landed)}, not {wanted}. "
+            "With no map_location, torch.load follows the tag each storage was saved with.")
 
 
 def _real_types() -> set[str]:
@@ -319,6 +336,8 @@ def scenario_report(result: Mapping[str, Any]) -> str:
     else:
         outcome = "Loaded. Where each tensor is now:\n" + "\n".join(
             f"  {key}: {device}" for key, device in result["devices"].items())
+        if note := misplaced_note(result):
+            outcome += f"\n{note}"
     return f"{result['code']}\n\n({result['how']})\n\n{outcome}"
 
 
@@ -349,10 +368,13 @@ def scenario_explorer():
         verdict = "It fails" if outcome["error"] else "Loaded"
         details = outcome["error"] or "\n".join(
             f"{key}: {device}" for key, device in outcome["devices"].items())
+        note = misplaced_note(outcome)
         result.value = (
             f"<div class='lessons-scenario-result'>{_pre(outcome['code'])}"
             f"<i>{html.escape(outcome['how'])}</i>"
-            f"<p style='color:{colour}'><b>{verdict}:</b></p>{_pre(details)}</div>"
+            f"<p style='color:{colour}'><b>{verdict}:</b></p>{_pre(details)}"
+            + (f"<p style='color:#a40000'>{html.escape(note)}</p>" if note else "")
+            + "</div>"
         )
 
     run.on_click(on_run)
