@@ -229,6 +229,33 @@ def test_a_tensor_created_in_forward_shows_up_when_forward_runs():
     assert "works; the output is on meta" in clean["forward"]
 
 
+@pytest.mark.parametrize(
+    ("variant", "verdict"),
+    [
+        ("clean model", "forward runs"),
+        ("plain tensor attribute", "forward fails: it uses scale"),
+        ("list of layers", "forward fails: it uses the layers"),
+        ("dict of tensors",
+         "forward runs, but only because it never uses stats, which are still on the CPU"),
+        ("tensor created in forward", "forward fails: it makes noise on the CPU at every call"),
+    ],
+)
+def test_viewer_says_why_forward_runs_or_fails_after_a_move(variant, verdict, monkeypatch,
+                                                            capsys):
+    monkeypatch.setenv(utils.WIDGETS_ENV_VAR, "text")
+    utils.view_placement()
+    line = next(line for line in capsys.readouterr().out.splitlines() if variant in line)
+    assert line.endswith(f"; {verdict}")
+    assert f"{verdict}." in lessons_widgets.placement_text(
+        lessons_widgets.placement_report(variant, "meta"))
+
+
+@pytest.mark.parametrize("variant", list(lessons_widgets.VARIANTS))
+def test_on_the_cpu_nothing_is_left_behind_and_no_reason_is_given(variant):
+    report = lessons_widgets.placement_report(variant, "cpu")
+    assert report["left_behind"] == [] and report["runs"] and report["why"] == ""
+
+
 def test_placement_rows_name_integer_buffers_and_keep_their_kind():
     model = lessons_widgets.VARIANTS["clean model"][0]()
     rows = {name: (kind, device) for name, kind, device in lessons_widgets.placement_rows(model)}
@@ -243,6 +270,7 @@ def test_placement_viewer_shows_rows_and_what_was_left_behind():
     show.click()
     assert "<b>Left behind by Module.to:</b> scale" in result.value
     assert "<code>linear.weight</code></td><td>meta</td><td>parameter" in result.value
+    assert "<b>Forward fails: it uses scale.</b>" in result.value
     target.value = "cpu"
     show.click()
     assert "<b>Left behind by Module.to:</b> nothing" in result.value

@@ -439,6 +439,15 @@ VARIANTS: dict[str, tuple[type[nn.Module], str]] = {
     "tensor created in forward": (_CreatedInForward, "noise = torch.randn(4)  # in forward"),
 }
 
+#: Why one forward pass on another device runs or fails, per variant: whether forward uses
+#: what ``Module.to`` left behind. Shown only when something was left behind or forward fails.
+FORWARD_WHY: dict[str, str] = {
+    "plain tensor attribute": "it uses scale",
+    "list of layers": "it uses the layers",
+    "dict of tensors": "but only because it never uses stats, which are still on the CPU",
+    "tensor created in forward": "it makes noise on the CPU at every call",
+}
+
 
 def placement_rows(model: nn.Module) -> list[tuple[str, str, str]]:
     """Return ``(name, kind, device)`` for every tensor a module holds.
@@ -467,9 +476,11 @@ def placement_report(variant: str, target: str) -> dict[str, Any]:
     """Build ``variant`` on the CPU, call ``model.to(target)``, and report where tensors are.
 
     Returns a dict with ``code``, ``rows`` (:func:`placement_rows` after the move),
-    ``left_behind`` (the names not on ``target``) and ``forward`` (one forward pass on a
+    ``left_behind`` (the names not on ``target``), ``forward`` (one forward pass on a
     ``target`` input: the output's device or the genuine error; on meta, PyTorch's meta
-    message, which differs from a GPU's). For 03_module_to and 04_cross_device_errors.
+    message, which differs from a GPU's), ``runs`` (whether that pass ran) and ``why``
+    (:data:`FORWARD_WHY`'s reason when something was left behind or the pass failed, else
+    ``""``). For 03_module_to and 04_cross_device_errors.
     """
     if variant not in VARIANTS:
         raise ValueError(f"variant {variant!r} is not one of {list(VARIANTS)}.")
@@ -479,8 +490,20 @@ def placement_report(variant: str, target: str) -> dict[str, Any]:
     rows = placement_rows(model)
     left_behind = [name for name, _, where in rows if torch.device(where) != device]
     code = f"{line}\n...\nmodel.to({str(device)!r})"
+    forward = _forward_check(model, device)
+    runs = " works;" in forward
+    why = FORWARD_WHY.get(variant, "") if left_behind or not runs else ""
     return {"code": code, "rows": rows, "left_behind": left_behind,
-            "forward": _forward_check(model, device)}
+            "forward": forward, "runs": runs, "why": why}
+
+
+def _forward_verdict(report: Mapping[str, Any]) -> str:
+    """'forward runs' or 'forward fails', with the reason when there is one."""
+    verdict = "forward runs" if report["runs"] else "forward fails"
+    if not report["why"]:
+        return verdict
+    return f"{verdict}, {report['why']}" if report["why"].startswith("but") else (
+        f"{verdict}: {report['why']}")
 
 
 def placement_text(report: Mapping[str, Any]) -> str:
@@ -489,7 +512,8 @@ def placement_text(report: Mapping[str, Any]) -> str:
     lines = [report["code"], ""]
     lines += [f"  {name:<{width}}  {where:<6}  {kind}" for name, kind, where in report["rows"]]
     left = ", ".join(report["left_behind"]) or "nothing"
-    lines += ["", f"left behind by Module.to: {left}", report["forward"]]
+    lines += ["", f"left behind by Module.to: {left}", f"{_forward_verdict(report)}.",
+              report["forward"]]
     return "\n".join(lines)
 
 
@@ -521,11 +545,13 @@ def placement_viewer():
             for name, kind, where in report["rows"]
         )
         left = ", ".join(report["left_behind"]) or "nothing"
+        verdict = _forward_verdict(report)
         result.value = (
             f"<div class='lessons-placement-result'>{_pre(report['code'])}"
             f"<table><tr><th>tensor</th><th>device</th><th>kind</th></tr>{rows}</table>"
             f"<p><b>Left behind by Module.to:</b> {html.escape(left)}</p>"
-            f"<p>{html.escape(report['forward'])}</p></div>"
+            f"<p><b>{html.escape(verdict[:1].upper() + verdict[1:])}.</b> "
+            f"{html.escape(report['forward'])}</p></div>"
         )
 
     show.on_click(on_show)
@@ -561,5 +587,4 @@ def view_placement() -> None:
     for variant in VARIANTS:
         report = placement_report(variant, target)
         left = ", ".join(report["left_behind"]) or "nothing"
-        forward = "works" if " works;" in report["forward"] else "fails"
-        print(f"  {variant:<26} left behind: {left}; forward {forward}")
+        print(f"  {variant:<26} left behind: {left}; {_forward_verdict(report)}")
