@@ -296,7 +296,7 @@ def run_scenario(
         else:
             save_as_if_on(state_dict, path, saved_on)
             how = (f"this machine has no {saved_on}: written here with every storage tagged "
-                   f"{saved_on!r}, byte for byte what a {saved_on} machine saves")
+                   f"{saved_on!r}, as a {saved_on} machine tags them")
         try:
             loaded = torch.load(path, map_location=map_location)
         except Exception as error:  # the genuine error is the lesson
