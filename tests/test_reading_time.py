@@ -20,8 +20,6 @@ KNOWN_OVER_LIMIT = {
     "04_cross_device_errors.ipynb",
     "05_save_load_scenarios.ipynb",
     "06_training_checkpoints.ipynb",
-    "07_moving_data_fast.ipynb",
-    "08_many_devices.ipynb",
 }
 
 
