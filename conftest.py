@@ -25,3 +25,39 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "tests"))
 def pytest_configure(config):
     """Run every notebook cell under the rules of real accelerators (tests/accelerator_rules.py)."""
     config.pluginmanager.import_plugin("accelerator_rules_plugin")
+
+
+# The longest files first. `make test` runs with `-n 2 --dist loadscope --no-loadscope-reorder`:
+# xdist hands each worker whole files (a notebook's cells share one kernel) in collection
+# order, so these start at once and the many short files fill in at the end, instead of a
+# long one starting last while the other worker has nothing left to do (xdist's own reorder
+# puts the files with the most tests first, which put the browser test near the end).
+# Then the notebooks and labs (a kernel each), then the other test files. A name missing
+# here only runs later; nothing else depends on this order.
+SLOW_FIRST = (
+    "tests/test_browser.py",  # JupyterLab and Chromium: Run All on every notebook
+    "notebooks/08_many_devices.ipynb",  # torchrun launches
+    "labs/solutions/08_many_devices.ipynb",  # a torchrun launch
+    "tests/test_checks_lab08.py",  # a launch whose rank 0 saves slowly, once per answer
+    "tests/test_distributed.py",  # a failing launch and one that hangs until its timeout
+    "tests/test_accelerator_rules.py",  # pytest and a kernel in a subprocess
+    "tests/test_atomic_save_survives_sigkill.py",
+    "tests/test_dcp_kill.py",
+    "tests/test_run_alone.py",  # pytest and a kernel in a subprocess
+)
+
+
+def _run_order(item) -> tuple[int, int]:
+    path = Path(str(item.path)).resolve()
+    try:
+        name = path.relative_to(Path(__file__).resolve().parent).as_posix()
+    except ValueError:
+        return (2, 0)
+    if name in SLOW_FIRST:
+        return (0, SLOW_FIRST.index(name))
+    return (1 if name.endswith(".ipynb") else 2, 0)
+
+
+def pytest_collection_modifyitems(items):
+    """Order the files longest first (SLOW_FIRST); the order inside each file is kept."""
+    items.sort(key=_run_order)  # a stable sort

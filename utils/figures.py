@@ -7,10 +7,15 @@ from __future__ import annotations
 
 import os
 import textwrap
+from typing import TYPE_CHECKING
 
-import matplotlib.pyplot as plt
 import torch
-from matplotlib.figure import Figure
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+# matplotlib is imported inside the functions that draw: most processes that import utils
+# (torchrun workers, most notebooks) never draw, and pyplot costs about 0.4 s to import.
 
 _DEVICE_COLOURS = {"cpu": "#cfe2f3", "cuda": "#d9ead3", "mps": "#fce5cd", "xpu": "#ead1dc"}
 _META_COLOUR = "#eeeeee"
@@ -36,6 +41,8 @@ def names_and_tensors(named: dict[str, torch.Tensor], title: str) -> Figure:
     """
     if not named or not all(isinstance(t, torch.Tensor) for t in named.values()):
         raise TypeError("names_and_tensors expects a non-empty dict of name -> torch.Tensor")
+    import matplotlib.pyplot as plt
+
     objects: list[torch.Tensor] = []
     for tensor in named.values():
         if not any(tensor is seen for seen in objects):
@@ -92,6 +99,8 @@ def scenario_matrix(
     is green (it worked), ``RuntimeError...`` red, anything else grey (not run on this
     machine). Returns the matplotlib Figure. Introduced in 05_save_load_scenarios.
     """
+    import matplotlib.pyplot as plt
+
     figure, axes = plt.subplots(figsize=(2.3 * len(columns) + 1.6, 1.1 * len(rows) + 1.4))
     axes.set_xlim(0, len(columns))
     axes.set_ylim(len(rows), 0)

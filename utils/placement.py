@@ -13,15 +13,16 @@ from __future__ import annotations
 import html
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import matplotlib.pyplot as plt
 import torch
-from matplotlib.figure import Figure
-from matplotlib.patches import Patch
 from torch import nn
 
 from utils.devices import DeviceNotAvailableError, parse_device
 from utils.figures import _DEVICE_COLOURS, _META_COLOUR
+
+if TYPE_CHECKING:  # matplotlib itself is imported by placement_figure, the one that draws
+    from matplotlib.figure import Figure
 
 #: Kinds of tensor that ``Module.to`` moves (they are registered on a registered module).
 PARAMETER = "parameter"
@@ -469,6 +470,9 @@ def placement_figure(module: nn.Module, device: str | torch.device | None = None
     """
     if not isinstance(module, nn.Module):
         raise TypeError(f"placement_figure() needs an nn.Module, got {type(module).__name__}.")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
     target = _target_device(device) if device is not None else None
     rows = _figure_rows(where(module), target)
     hidden = max(0, len(rows) - max_rows)
