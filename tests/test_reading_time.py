@@ -24,14 +24,27 @@ def markdown(text: str, tags: list[str] | None = None) -> dict:
 
 
 def code(source: str, outputs: int = 0, figures: int = 0, **metadata) -> dict:
-    stream = {"output_type": "stream", "name": "stdout", "text": "printed\n"}
+    results = [{"output_type": "execute_result", "data": {"text/plain": f"{n}"},
+                "execution_count": 1, "metadata": {}} for n in range(outputs)]
     image = {"output_type": "display_data", "data": {"image/png": "iVBOR", "text/plain": "F"}}
     return {
         "cell_type": "code",
         "metadata": metadata,
         "source": source,
-        "outputs": [stream] * outputs + [image] * figures,
+        "outputs": results + [image] * figures,
     }
+
+
+def test_consecutive_pieces_of_one_stream_are_one_output_as_jupyter_shows_them():
+    def stream(name: str) -> dict:
+        return {"output_type": "stream", "name": name, "text": "printed\n"}
+
+    split = code("print(1)\nprint(2)\n")
+    split["outputs"] = [stream("stdout"), stream("stdout"), stream("stderr"), stream("stdout")]
+    joined = code("print(1)\nprint(2)\n")
+    joined["outputs"] = [stream("stdout"), stream("stderr"), stream("stdout")]
+    assert estimate_cells([split]).main == estimate_cells([joined]).main
+    assert estimate_cells([split]).main.outputs == 3
 
 
 def words(n: int) -> str:

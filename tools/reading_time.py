@@ -8,7 +8,9 @@ The estimate is a plain sum over what a reader meets, with these constants:
 - code: ``SECONDS_PER_CODE_LINE`` for each non-blank line (reading it, matching it to the prose,
   running it).
 - outputs: ``SECONDS_PER_OUTPUT`` for each output a cell shows (text, a result, an error),
-  ``SECONDS_PER_FIGURE`` for an image.
+  ``SECONDS_PER_FIGURE`` for an image. Consecutive pieces of one stream (stdout, stderr) are one
+  output, as Jupyter shows them: how a kernel happens to split its prints between messages
+  changes nothing.
 - quizzes (code cells starting ``utils.quiz(``, whose source is collapsed): ``SECONDS_PER_QUIZ``
   each, for reading the question, thinking and answering; their source is not counted.
 - the generated badge/navigation cells (tags ``nav-header``, ``nav-footer``) count nothing.
@@ -180,7 +182,12 @@ def is_optional_heading(text: str) -> bool:
 
 def _outputs(cell: dict) -> Tally:
     outputs = figures = 0
+    previous_stream = None
     for output in cell.get("outputs", []):
+        stream = output.get("name") if output.get("output_type") == "stream" else None
+        if stream is not None and stream == previous_stream:
+            continue  # one block on screen: Jupyter joins consecutive prints to one stream
+        previous_stream = stream
         if any(kind.startswith("image/") for kind in output.get("data", {})):
             figures += 1
         else:
