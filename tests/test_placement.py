@@ -128,9 +128,16 @@ def test_audit_also_reports_registered_tensors_not_moved_yet():
     findings = utils.audit(Block(), "meta")
     registered = {f.name for f in findings if f.moved_by_to}
     assert registered == set(MOVED)
-    assert "call model.to('meta')" in str(findings[0]) or any(
-        "call model.to('meta')" in str(f) for f in findings
-    )
+
+
+def test_audit_fix_names_the_audited_module_and_the_submodule_not_a_model():
+    by_name = {f.name: str(f) for f in utils.audit(Block(), "meta") if f.moved_by_to}
+    assert "call .to('meta') on the Block you audited;" in by_name["running"]
+    assert ("call .to('meta') on the Block you audited (or .to('meta') on its submodule "
+            "linear alone)") in by_name["linear.weight"]
+    loss = utils.audit(nn.CrossEntropyLoss(weight=torch.ones(3)), "meta")
+    assert "on the CrossEntropyLoss you audited" in str(loss[0])
+    assert not any("model" in str(f) for f in [*by_name.values(), *loss])
 
 
 @pytest.mark.parametrize(

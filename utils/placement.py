@@ -356,6 +356,19 @@ def _target_device(device: str | torch.device) -> torch.device:
     return target
 
 
+def _to_fix(module: nn.Module, placement: Placement, target: torch.device) -> str:
+    """The fix for a registered tensor not moved yet: which module's ``.to`` moves it.
+
+    Names the audited module by its class (a loss is not a model) and, for a tensor of a
+    submodule, that submodule's dotted path too.
+    """
+    to = f".to({str(target)!r})"
+    owner = placement.name.rpartition(".")[0]
+    also = f" (or {to} on its submodule {owner} alone)" if owner else ""
+    return (f"call {to} on the {type(module).__name__} you audited{also}; it works in place, "
+            f"no reassignment needed. Or move the data to {placement.device} instead")
+
+
 def audit(module: nn.Module, device: str | torch.device) -> Findings:
     """Return the findings for ``module`` and ``device``: tensors not on ``device`` after ``.to``.
 
@@ -395,8 +408,7 @@ def audit(module: nn.Module, device: str | torch.device) -> Findings:
             findings.append(Finding(
                 placement.name, placement.kind, placement.device, target, True,
                 "it is registered, so Module.to moves it, but it has not been moved yet",
-                f"call model.to({str(target)!r}) (no reassignment needed), or move "
-                f"the data to {placement.device} instead"))
+                _to_fix(module, placement, target)))
         else:
             findings.append(Finding(
                 placement.name, placement.kind, placement.device, target, False,
