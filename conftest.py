@@ -48,11 +48,7 @@ SLOW_FIRST = (
 
 
 def _run_order(item) -> tuple[int, int]:
-    path = Path(str(item.path)).resolve()
-    try:
-        name = path.relative_to(Path(__file__).resolve().parent).as_posix()
-    except ValueError:
-        return (2, 0)
+    name = item.nodeid.split("::")[0]  # the file, relative to the root (where pyproject is)
     if name in SLOW_FIRST:
         return (0, SLOW_FIRST.index(name))
     return (1 if name.endswith(".ipynb") else 2, 0)
