@@ -138,6 +138,7 @@ def test_audit_fix_names_the_audited_module_and_the_submodule_not_a_model():
     loss = utils.audit(nn.CrossEntropyLoss(weight=torch.ones(3)), "meta")
     assert "on the CrossEntropyLoss you audited" in str(loss[0])
     assert not any("model" in str(f) for f in [*by_name.values(), *loss])
+    assert not any("move the data" in str(f) for f in [*by_name.values(), *loss])  # one way
 
 
 @pytest.mark.parametrize(

@@ -366,7 +366,7 @@ def _to_fix(module: nn.Module, placement: Placement, target: torch.device) -> st
     owner = placement.name.rpartition(".")[0]
     also = f" (or {to} on its submodule {owner} alone)" if owner else ""
     return (f"call {to} on the {type(module).__name__} you audited{also}; it works in place, "
-            f"no reassignment needed. Or move the data to {placement.device} instead")
+            f"no reassignment needed")
 
 
 def audit(module: nn.Module, device: str | torch.device) -> Findings:
