@@ -193,3 +193,22 @@ def nbformat_cells(path: Path) -> list:
     import nbformat
 
     return nbformat.read(path, as_version=4).cells
+
+
+def test_the_readme_table_reads_the_notebooks_about_to_be_written():
+    # `make nav` folds parts of a notebook and writes the README in one pass: the table's
+    # reading times must come from the notebooks as written, not as they were on disk.
+    import nbformat
+
+    path = lessons.lesson_notebooks()[0]
+    notebook = nbformat.read(path, as_version=4)
+    notebook.cells.append(nbformat.v4.new_markdown_cell(" ".join(["word"] * 3000)))
+    longer = build_nav.serialize(notebook)
+    assert build_nav.readme_table({path: longer}) != build_nav.readme_table()
+    assert f"| {reading_time_text(longer, path)} |" in build_nav.readme_table({path: longer})
+
+
+def reading_time_text(text: str, path: Path) -> str:
+    import reading_time
+
+    return reading_time.estimate(path, text).text()

@@ -236,7 +236,10 @@ def collapse_optional_parts(notebook: nbformat.NotebookNode, cells: list) -> lis
     return folded
 
 
-def readme_table() -> str:
+def readme_table(notebooks: dict[Path, str] | None = None) -> str:
+    """Return the README's table; ``notebooks`` maps paths to notebook texts about to be written
+    (their reading times then come from those texts, not from the files on disk)."""
+    notebooks = notebooks or {}
     rows = [
         "| # | Notebook | What it covers | Read (main / all) | Lab | Colab | Binder |",
         "|---|---|---|---|---|---|---|",
@@ -249,33 +252,38 @@ def readme_table() -> str:
         lab_cell = f"[{lab.stem}]({lab.relative_to(lessons.ROOT).as_posix()})" if lab else "—"
         rows.append(
             f"| {path.name[:2]} | [{title(path)}]({relative}) | {covers(path)} "
-            f"| {reading_time.estimate(path).text()} | {lab_cell} "
+            f"| {reading_time.estimate(path, notebooks.get(path)).text()} | {lab_cell} "
             f"| [![Colab]({colab_badge})]({colab_url(path)}) "
             f"| [![Binder]({binder_badge})]({binder_url(path)}) |"
         )
     return "\n".join(rows)
 
 
-def updated_readme(text: str) -> str:
-    """Return README text ``text`` with a freshly generated table between the markers."""
+def updated_readme(text: str, notebooks: dict[Path, str] | None = None) -> str:
+    """Return README text ``text`` with a freshly generated table between the markers.
+
+    ``notebooks``: texts of notebooks about to be written (see :func:`readme_table`)."""
     if TABLE_START not in text or TABLE_END not in text:
         raise ValueError(
             f"README.md: the table markers are missing ({TABLE_START} ... {TABLE_END})"
         )
     before, rest = text.split(TABLE_START, 1)
     after = rest.split(TABLE_END, 1)[1]
-    return f"{before}{TABLE_START}\n{readme_table()}\n{TABLE_END}{after}"
+    return f"{before}{TABLE_START}\n{readme_table(notebooks)}\n{TABLE_END}{after}"
 
 
 def stale_files() -> list[tuple[Path, str]]:
     """Return (path, new text) for every generated file whose content is out of date."""
     changes = []
+    generated = {}
     for path in lessons.all_notebooks():
-        new = serialize(with_generated_cells(read(path), path))
+        generated[path] = new = serialize(with_generated_cells(read(path), path))
         if new != path.read_text(encoding="utf-8"):
             changes.append((path, new))
     readme = lessons.ROOT / "README.md"
-    new_readme = updated_readme(readme.read_text(encoding="utf-8"))
+    # The table's reading times come from the notebooks as they are about to be written, so
+    # one `make nav` is enough even when it changes what a notebook folds.
+    new_readme = updated_readme(readme.read_text(encoding="utf-8"), generated)
     if new_readme != readme.read_text(encoding="utf-8"):
         changes.append((readme, new_readme))
     return changes

@@ -246,10 +246,10 @@ def estimate_cells(cells: list[dict]) -> Estimate:
     return Estimate(main=main, all=everything)
 
 
-def estimate(path: Path) -> Estimate:
-    """Return the reading-time ``Estimate`` of the notebook at ``path``."""
+def estimate(path: Path, text: str | None = None) -> Estimate:
+    """Return the reading-time ``Estimate`` of the notebook at ``path`` (or of its ``text``)."""
     try:
-        notebook = json.loads(Path(path).read_text(encoding="utf-8"))
+        notebook = json.loads(Path(path).read_text(encoding="utf-8") if text is None else text)
         cells = notebook["cells"]
     except (OSError, ValueError, KeyError) as error:
         raise ValueError(f"{path}: cannot read it as a notebook ({error})") from None
