@@ -21,9 +21,10 @@ its first launch and every widget cell (``utils.quiz``) after it; the launches a
 that read what they wrote are dropped from the copy (see :func:`_browser_copy`). nbval
 already runs every one of those cells, in the same ipykernel from the same environment, and
 compares their outputs with the stored ones, which is stricter than the "no error" this test
-checks. The only thing that differs in this test's kernel is the widget mode
-(``LESSONS_WIDGETS`` unset), which only the widget cells read, and those all run here: the
-test checks that the copy kept every quiz of the tracked notebook and that each one renders.
+checks. Besides the accelerator rules nbval's kernels add, what differs in this test's kernel
+is the widget mode (``LESSONS_WIDGETS`` unset), which only the widget cells read, and those
+all run here: the test checks that the copy kept every quiz of the tracked notebook and that
+each one renders.
 
 The scenario explorer and the placement viewer are clicked in a scratch notebook written
 into the server's temporary folder (never committed), since notebooks 03-05 do not show

@@ -16,7 +16,7 @@ import inspect
 import json
 import os
 import textwrap
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from unittest import mock
 
@@ -277,10 +277,11 @@ from utils.distributed import process_group
 
 {sources}
 
-folder, slow_s = sys.argv[1], float(sys.argv[2])
+folder, slows = sys.argv[1], [float(s) for s in sys.argv[2].split(",")]
 with process_group(timeout_s=30) as me:
     for index, function in enumerate([{names}]):
         here = os.path.join(folder, f"candidate_{{index}}")
+        slow_s = slows[index]
         path = os.path.join(here, "trained.pt")
         real_save = torch.save
 
@@ -323,7 +324,7 @@ def _renamed_source(function: Callable, name: str) -> str:
     return ast.unparse(tree)
 
 
-def _run_workers(folder: Path, functions: list[Callable], slow_s: float = 2.0,
+def _run_workers(folder: Path, functions: list[Callable], slow_s: float | Sequence[float] = 2.0,
                  timeout_s: float = 120.0) -> dict[int, str]:
     """Run the worker script on 2 processes with each function in turn; return the outputs."""
     import shutil
@@ -339,8 +340,11 @@ def _run_workers(folder: Path, functions: list[Callable], slow_s: float = 2.0,
     script = folder / "lab08_worker.py"
     script.write_text(_HARNESS.format(imports=WORKER_IMPORTS, sources=sources,
                                       names=", ".join(names)))
-    return torchrun(script, nproc=2, args=[str(folder), str(slow_s)], timeout_s=timeout_s,
-                    quiet=True)
+    slows = [slow_s] * len(functions) if isinstance(slow_s, (int, float)) else list(slow_s)
+    if len(slows) != len(functions):
+        raise ValueError(f"{len(slows)} values of slow_s for {len(functions)} functions")
+    return torchrun(script, nproc=2, args=[str(folder), ",".join(map(str, slows))],
+                    timeout_s=timeout_s, quiet=True)
 
 
 def _judge_save(folder: Path, index: int, results: dict[int, dict]) -> Feedback:
@@ -378,12 +382,15 @@ def _judge_save(folder: Path, index: int, results: dict[int, dict]) -> Feedback:
 
 
 def judge_saves(functions: list[Callable], folder: str = "scratch_lab08",
-                slow_s: float = 2.0, timeout_s: float = 120.0) -> list[Feedback]:
+                slow_s: float | Sequence[float] = 2.0,
+                timeout_s: float = 120.0) -> list[Feedback]:
     """Exercise 3's verdict for each of ``functions``, all run in one 2-process launch.
 
     What :func:`check_save_on_rank_zero` does for one function; the tests use it to try a
     table of answers for the price of one launch. A launch that fails or hangs gives every
-    function the same verdict. Introduced in lab 08_many_devices.
+    function the same verdict. ``slow_s`` is how long rank 0's ``torch.save`` sleeps first
+    (what makes a missing barrier show): one number, or one per function. Introduced in lab
+    08_many_devices.
     """
     from utils.distributed import WorkerFailed
 
