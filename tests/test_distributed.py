@@ -92,6 +92,7 @@ from utils.distributed import process_group
 
 with process_group(timeout_s=30) as me:
     print(f"hello from rank {me.rank} of {me.world_size} on {me.backend}", flush=True)
+    dist.barrier()  # both have printed before rank 1 gives up (else rank 0 may be killed first)
     if me.rank == 1:
         raise ValueError("rank 1 gives up")
     dist.barrier()
@@ -106,7 +107,7 @@ def test_a_failing_rank_is_named_first_with_its_traceback_and_output_stays_in_ra
         utils.torchrun("fails.py", nproc=2, timeout_s=120)
     message = str(failure.value)
     assert message.startswith("fails.py: rank 1 failed:\nTraceback")
-    assert "ValueError: rank 1 gives up" in message and 'File "fails.py", line 7' in message
+    assert "ValueError: rank 1 gives up" in message and 'File "fails.py", line 8' in message
     assert "rank 0 then failed too, because a partner had gone" in message
     printed = capsys.readouterr().out.splitlines()
     assert printed == ["$ torchrun --standalone --nproc_per_node=2 fails.py",
