@@ -8,6 +8,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
 import build_nav  # noqa: E402
 import lessons  # noqa: E402
+import nbformat  # noqa: E402
+import reading_time  # noqa: E402
 
 
 def test_readme_table_badges_and_navigation_are_up_to_date():
@@ -64,8 +66,6 @@ def test_colab_preamble_does_nothing_outside_colab(monkeypatch):
 
 
 def test_quiz_cells_are_collapsed_so_the_answer_key_is_not_shown():
-    import nbformat
-
     quizzes = [cell for path in lessons.lesson_notebooks()
                for cell in nbformat.read(path, as_version=4).cells
                if cell.cell_type == "code" and cell.source.startswith("utils.quiz(")]
@@ -76,8 +76,6 @@ def test_quiz_cells_are_collapsed_so_the_answer_key_is_not_shown():
 
 
 def test_every_lab_says_how_to_keep_your_work_on_colab_and_binder():
-    import nbformat
-
     labs = lessons.student_labs() + lessons.solution_labs()
     assert labs
     line = build_nav.keep_your_work()
@@ -95,8 +93,6 @@ def _hidden_when_folded(cells: list) -> set[int]:
     A folded heading cell hides every cell after it up to the next cell whose first heading
     is of the same or a higher level; a cell folded with source and outputs hidden is hidden.
     """
-    import reading_time
-
     hidden, folded_level = set(), None
     for index, cell in enumerate(cells):
         heading = reading_time.headings(build_nav.source(cell))[:1] if (
@@ -115,8 +111,6 @@ def _hidden_when_folded(cells: list) -> set[int]:
 
 def _outside_main_flow(cells: list) -> set[int]:
     """Indexes of the cells tools/reading_time.py counts only in 'everything'."""
-    import reading_time
-
     return {index for index, cell in enumerate(cells)
             if reading_time.estimate_cells(cells[: index + 1]).main
             == reading_time.estimate_cells(cells[:index]).main
@@ -124,8 +118,6 @@ def _outside_main_flow(cells: list) -> set[int]:
 
 
 def _synthetic_notebook():
-    import nbformat
-
     markdown, code = nbformat.v4.new_markdown_cell, nbformat.v4.new_code_cell
     cells = [
         markdown("## 1. The lesson", id="lesson"),
@@ -158,8 +150,6 @@ def test_going_deeper_and_cpu_only_headings_open_folded_in_jupyterlab_and_colab(
 
 
 def test_what_opens_folded_is_exactly_what_the_reading_time_leaves_out_of_the_main_flow():
-    import nbformat
-
     checked = 0
     for path in lessons.lesson_notebooks():
         cells = nbformat.read(path, as_version=4).cells
@@ -178,10 +168,8 @@ def test_what_opens_folded_is_exactly_what_the_reading_time_leaves_out_of_the_ma
 
 
 def test_an_optional_heading_is_the_first_heading_of_its_cell():
-    import reading_time
-
     for path in lessons.lesson_notebooks():
-        for cell in nbformat_cells(path):
+        for cell in nbformat.read(path, as_version=4).cells:
             found = reading_time.headings(build_nav.source(cell)) if cell.cell_type == (
                 "markdown") else []
             late = [text for _, text in found[1:] if reading_time.is_optional_heading(text)]
@@ -189,26 +177,14 @@ def test_an_optional_heading_is_the_first_heading_of_its_cell():
                               "heading, so JupyterLab cannot fold it: start a new cell with it")
 
 
-def nbformat_cells(path: Path) -> list:
-    import nbformat
-
-    return nbformat.read(path, as_version=4).cells
-
-
 def test_the_readme_table_reads_the_notebooks_about_to_be_written():
     # `make nav` folds parts of a notebook and writes the README in one pass: the table's
     # reading times must come from the notebooks as written, not as they were on disk.
-    import nbformat
 
     path = lessons.lesson_notebooks()[0]
     notebook = nbformat.read(path, as_version=4)
     notebook.cells.append(nbformat.v4.new_markdown_cell(" ".join(["word"] * 3000)))
     longer = build_nav.serialize(notebook)
     assert build_nav.readme_table({path: longer}) != build_nav.readme_table()
-    assert f"| {reading_time_text(longer, path)} |" in build_nav.readme_table({path: longer})
-
-
-def reading_time_text(text: str, path: Path) -> str:
-    import reading_time
-
-    return reading_time.estimate(path, text).text()
+    assert f"| {reading_time.estimate(path, longer).text()} |" in build_nav.readme_table(
+        {path: longer})

@@ -20,21 +20,19 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import nbformat
-from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
-ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import lessons  # noqa: E402
+import run_notebooks  # noqa: E402
 
 
 def run_one(path: Path, out: Path) -> str:
     """Execute ``path``; write the executed copy under ``out``; return its summary line."""
     notebook = nbformat.read(path, as_version=4)
-    client = NotebookClient(notebook, timeout=300, kernel_name="python3",
-                            resources={"metadata": {"path": str(path.parent)}},
-                            extra_arguments=["--IPKernelApp.log_level=ERROR"])
     start = time.perf_counter()
     try:
-        client.execute()
+        run_notebooks.client(notebook, path).execute()
         verdict = "passed"
     except CellExecutionError as error:
         first = str(error).strip().splitlines()
@@ -44,7 +42,7 @@ def run_one(path: Path, out: Path) -> str:
     seconds = time.perf_counter() - start
     name = f"{path.parent.name}__{path.name}"
     (out / name).write_text(nbformat.writes(notebook), encoding="utf-8")
-    return f"{path.relative_to(ROOT)}: {verdict} ({seconds:.1f} s)"
+    return f"{path.relative_to(lessons.ROOT)}: {verdict} ({seconds:.1f} s)"
 
 
 def main(argv: list[str]) -> int:
@@ -54,9 +52,7 @@ def main(argv: list[str]) -> int:
     out = Path(argv[0]).resolve()
     out.mkdir(parents=True, exist_ok=True)
     paths = [Path(a).resolve() for a in argv[1:]] or [
-        *sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")),
-        *sorted((ROOT / "labs" / "solutions").glob("[0-9][0-9]_*.ipynb")),
-    ]
+        *lessons.lesson_notebooks(), *lessons.solution_labs()]
     os.environ.pop("LESSONS_DEVICE", None)
     os.environ.setdefault("LESSONS_WIDGETS", "text")
     with ProcessPoolExecutor(max_workers=min(8, len(paths))) as pool:

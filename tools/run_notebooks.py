@@ -25,12 +25,13 @@ import build_nav  # noqa: E402
 import lessons  # noqa: E402
 
 
-def execute(path: Path, timeout: int = 300) -> nbformat.NotebookNode:
-    """Run ``path`` in a fresh kernel with its folder as working directory; return it."""
-    notebook = nbformat.read(path, as_version=4)
-    os.environ["LESSONS_DEVICE"] = "cpu"
-    os.environ["LESSONS_WIDGETS"] = "text"
-    client = NotebookClient(
+def client(notebook: nbformat.NotebookNode, path: Path, timeout: int = 300) -> NotebookClient:
+    """Return the client that runs ``notebook`` (read from ``path``) here and in gpu_run_notebooks.
+
+    A fresh python3 kernel with the notebook's folder as working directory; the kernel
+    inherits this process's environment (``LESSONS_DEVICE``, ``LESSONS_WIDGETS``).
+    """
+    return NotebookClient(
         notebook,
         timeout=timeout,
         kernel_name="python3",
@@ -40,7 +41,14 @@ def execute(path: Path, timeout: int = 300) -> nbformat.NotebookNode:
         # tools/measure_notebooks.py; the notebook's outputs are unaffected.
         extra_arguments=["--IPKernelApp.log_level=ERROR"],
     )
-    client.execute()
+
+
+def execute(path: Path, timeout: int = 300) -> nbformat.NotebookNode:
+    """Run ``path`` in a fresh kernel with its folder as working directory; return it."""
+    notebook = nbformat.read(path, as_version=4)
+    os.environ["LESSONS_DEVICE"] = "cpu"
+    os.environ["LESSONS_WIDGETS"] = "text"
+    client(notebook, path, timeout).execute()
     return notebook
 
 
