@@ -56,10 +56,10 @@ WORK ?= my-work
 .PHONY: workspace fresh
 
 workspace:  ## Create or update my-work/ without starting JupyterLab; say which copies are out of date
-	@$(PYTHON) tools/workspace.py --folder "$(WORK)"
+	@$(PYTHON) -m tools.workspace --folder "$(WORK)"
 
 fresh:  ## A fresh copy of one notebook or lab, keeping yours: make fresh COPY=labs/02_copy_pitfall.ipynb
-	@$(PYTHON) tools/workspace.py --folder "$(WORK)" --fresh "$(COPY)"
+	@$(PYTHON) -m tools.workspace --folder "$(WORK)" --fresh "$(COPY)"
 
 test: $(STAMP) $(STAMP7)  ## Run the whole test suite (unit tests, notebooks, browser, widgets on 7)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
@@ -67,13 +67,13 @@ test: $(STAMP) $(STAMP7)  ## Run the whole test suite (unit tests, notebooks, br
 
 test-ipywidgets7: $(STAMP7)  ## The widget tests again, with ipywidgets 7.7 as on Colab
 	EXPECT_IPYWIDGETS=$(IPYW7) $(VENV7)/bin/python -m pytest -o addopts="" -p no:cacheprovider \
-		-q -W ignore::DeprecationWarning tests/test_widgets.py
+		-q -W ignore::DeprecationWarning tests/unit/test_widgets.py
 
 test-torch-next: $(STAMPN)  ## Unit tests, every notebook and lab again, on the next torch (CUDA build)
 	cat tests/nbval_sanitize.cfg tests/nbval_sanitize_torch_next.cfg > $(VENVN)/nbval_sanitize.cfg
 	EXPECT_TORCH=$(TORCHN) $(VENVN)/bin/python -m pytest \
 		--nbval-sanitize-with $(VENVN)/nbval_sanitize.cfg \
-		--ignore=tests/test_browser.py --ignore=tests/test_lint.py $(PYTEST_ARGS)
+		--ignore=tests/e2e/test_browser.py --ignore=tests/repo/test_lint.py $(PYTEST_ARGS)
 # Not part of `make test` (it would add about 100 s of CPU, about 50 s on two idle cores);
 # .ci/run runs it after `make test`.
 test-classroom: $(STAMPT)  ## nbgrader generates, autogrades and returns feedback on every lab
@@ -82,7 +82,7 @@ test-classroom: $(STAMPT)  ## nbgrader generates, autogrades and returns feedbac
 teacher: $(STAMPT)  ## Build .venv-teacher: the learner's environment plus nbgrader
 
 classroom: $(STAMPT)  ## An nbgrader course folder with every lab released (COURSE=course)
-	$(VENVT)/bin/python tools/classroom.py $(COURSE)
+	$(VENVT)/bin/python -m tools.classroom $(COURSE)
 
 install: $(STAMP)
 
@@ -90,7 +90,7 @@ $(STAMP): requirements.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet -r requirements.txt
 	$(BIN)/python -m pip install --quiet --no-deps -e .
-	-$(BIN)/python tools/torch_build_hint.py $(VENV)
+	-$(BIN)/python -m tools.torch_build_hint $(VENV)
 	touch $(STAMP)
 
 $(VENV)/.torch-cpu:
@@ -116,16 +116,16 @@ $(STAMPT): requirements-teacher.txt requirements.txt pyproject.toml
 	touch $(STAMPT)
 
 nav: $(STAMP)  ## Regenerate the README table and each notebook's badges and navigation
-	$(BIN)/python tools/build_nav.py
+	$(BIN)/python -m tools.build_nav
 
 labs: $(STAMP)  ## Regenerate student labs from labs/solutions/ and re-run both versions
-	$(BIN)/python tools/build_labs.py
+	$(BIN)/python -m tools.build_labs
 
 run-notebooks: $(STAMP)  ## Re-execute notebooks in place (all, or NB=notebooks/01_tensor_to.ipynb)
-	$(BIN)/python tools/run_notebooks.py $(NB)
+	$(BIN)/python -m tools.run_notebooks $(NB)
 
 measure: $(STAMP)  ## Run All wall time and kernel peak RSS for each notebook
-	$(BIN)/python tools/measure_notebooks.py
+	$(BIN)/python -m tools.measure_notebooks
 
 clean:
 	rm -rf $(VENV) $(VENV7) $(VENVN) $(VENVT) build *.egg-info .pytest_cache .ruff_cache

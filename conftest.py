@@ -7,24 +7,19 @@ are started by this process and inherit its environment.
 """
 
 import os
-import sys
-from pathlib import Path
 
 # The stored outputs were produced on the CPU (tools/run_notebooks.py). Pin the lessons'
 # device for the nbval kernels too, even on a machine with a GPU.
 os.environ["LESSONS_DEVICE"] = "cpu"
 # Stored outputs show the widgets' plain-text form (utils/widgets.py); so must nbval's runs.
-# tests/test_browser.py removes this for its JupyterLab, where the real widgets must render.
+# tests/e2e/test_browser.py removes this for its JupyterLab, where the real widgets must render.
 os.environ["LESSONS_WIDGETS"] = "text"
 
-# The accelerator-rules plugin and its list of known violations live in tests/ (maintainers
-# only); make them importable from here, so they also apply to a notebook run by itself.
-sys.path.insert(0, str(Path(__file__).resolve().parent / "tests"))
 
 
 def pytest_configure(config):
-    """Run every notebook cell under the rules of real accelerators (tests/accelerator_rules.py)."""
-    config.pluginmanager.import_plugin("accelerator_rules_plugin")
+    """Run every notebook cell under the rules of real accelerators (tests/plugins/)."""
+    config.pluginmanager.import_plugin("tests.plugins.accelerator_rules_plugin")
 
 
 # The longest files first. `make test` runs with `-n 2 --dist loadscope --no-loadscope-reorder`:
@@ -35,15 +30,15 @@ def pytest_configure(config):
 # Then the notebooks and labs (a kernel each), then the other test files. A name missing
 # here only runs later; nothing else depends on this order.
 SLOW_FIRST = (
-    "tests/test_browser.py",  # JupyterLab and Chromium: Run All on every notebook
+    "tests/e2e/test_browser.py",  # JupyterLab and Chromium: Run All on every notebook
     "notebooks/08_many_devices.ipynb",  # torchrun launches
     "labs/solutions/08_many_devices.ipynb",  # a torchrun launch
-    "tests/test_checks_lab08.py",  # a launch whose rank 0 saves slowly, once per answer
-    "tests/test_distributed.py",  # a failing launch and one that hangs until its timeout
-    "tests/test_accelerator_rules.py",  # pytest and a kernel in a subprocess
-    "tests/test_atomic_save_survives_sigkill.py",
-    "tests/test_dcp_kill.py",
-    "tests/test_run_alone.py",  # pytest and a kernel in a subprocess
+    "tests/labs/test_checks_lab08.py",  # a launch whose rank 0 saves slowly, once per answer
+    "tests/unit/test_distributed.py",  # a failing launch and one that hangs until its timeout
+    "tests/plugins/test_accelerator_rules.py",  # pytest and a kernel in a subprocess
+    "tests/unit/test_atomic_save_survives_sigkill.py",
+    "tests/unit/test_dcp_kill.py",
+    "tests/e2e/test_run_alone.py",  # pytest and a kernel in a subprocess
 )
 
 

@@ -14,9 +14,9 @@ nbgrader's cell metadata (tools/nbgrader_cells.py), so each is an nbgrader sourc
 nbgrader's own ``generate_assignment`` makes the same student version (tests/classroom/).
 Usage:
 
-    python tools/build_labs.py            # regenerate and re-run every lab
-    python tools/build_labs.py --check    # exit 1 if a student lab is stale
-    python tools/build_labs.py --force    # overwrite student labs that hold changes (backed up)
+    python -m tools.build_labs            # regenerate and re-run every lab
+    python -m tools.build_labs --check    # exit 1 if a student lab is stale
+    python -m tools.build_labs --force    # overwrite student labs that hold changes (backed up)
 
 A student lab whose cells differ both from what the generator would write now and from
 what it wrote last time (recorded in the lab's metadata) holds someone's work, a learner's
@@ -36,12 +36,7 @@ from pathlib import Path
 
 import nbformat
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import build_nav  # noqa: E402
-import lessons  # noqa: E402
-import nbgrader_cells  # noqa: E402
-import run_notebooks  # noqa: E402
-import workspace  # noqa: E402
+from tools import build_nav, lessons, nbgrader_cells, run_notebooks, workspace
 
 FINGERPRINT_KEY = "generated_cells_sha256"  # in each student lab's metadata.lessons
 SOLUTION_REGION = re.compile(
@@ -196,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"not overwritten: {path.relative_to(lessons.ROOT)}: {reason}.")
         print("Nothing was changed. Learners' answers belong in my-work/ (`make lab` copies the "
               "labs there). To regenerate anyway, keeping a copy of each lab above in "
-              "my-work/labs/: python tools/build_labs.py --force")
+              "my-work/labs/: python -m tools.build_labs --force")
         return 1
     for path, _ in at_risk:
         kept = backup(path)

@@ -2,8 +2,8 @@
 
 Run it in the teacher's environment (``make teacher`` builds .venv-teacher with nbgrader)::
 
-    .venv-teacher/bin/python tools/classroom.py ~/course          # every lab
-    .venv-teacher/bin/python tools/classroom.py ~/course 02 05    # some labs
+    .venv-teacher/bin/python -m tools.classroom ~/course          # every lab
+    .venv-teacher/bin/python -m tools.classroom ~/course 02 05    # some labs
 
 It writes ``source/NN_topic/NN_topic.ipynb`` for each lab (the solution lab, outputs cleared,
 with the student lab's badges and navigation), an ``nbgrader_config.py`` if there is none,
@@ -22,10 +22,7 @@ from pathlib import Path
 
 import nbformat
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import build_nav  # noqa: E402
-import lessons  # noqa: E402
-import nbgrader_cells  # noqa: E402
+from tools import build_nav, lessons, nbgrader_cells
 
 COURSE_ID = "device-placement"
 CONFIG = '''\

@@ -6,9 +6,8 @@ Used by tools/build_nav.py, tools/run_notebooks.py, tools/measure_notebooks.py a
 from __future__ import annotations
 
 import re
-from pathlib import Path
-
 import tomllib
+from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"

@@ -4,7 +4,7 @@ Each notebook runs in its own fresh kernel (as a learner's Run All would); the
 kernel's peak RSS is read from getrusage at the end, including any child
 processes the notebook started. Prints a Markdown table. Usage:
 
-    python tools/measure_notebooks.py [notebook ...]   # default: every notebook and lab
+    python -m tools.measure_notebooks [notebook ...]   # default: every notebook and lab
 
 Goals (README, "What runs where"): under 10 s and under 1 GB per notebook.
 """
@@ -19,8 +19,7 @@ from pathlib import Path
 import nbformat
 from nbclient import NotebookClient
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import lessons  # noqa: E402
+from tools import lessons
 
 PEAK_RSS_CELL = """\
 import resource, sys

@@ -12,7 +12,7 @@ CONTRIBUTING.md asks of every lab:
   (``checks.check_resume(save_checkpoint, load_checkpoint, device)`` is worth 2);
 - every other cell carries no nbgrader metadata.
 
-Under nbgrader a check that is not passed raises (utils/checks/grading.py), so nbgrader
+Under nbgrader a check that is not passed raises (labchecks/grading.py), so nbgrader
 scores the test cell 0; a passed check scores its points.
 """
 

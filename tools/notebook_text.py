@@ -2,10 +2,10 @@
 
 Authoring aid: the .ipynb stays the source of truth (commit only the .ipynb).
 
-    python tools/notebook_text.py to-text notebooks/01_tensor_to.ipynb > /tmp/01.py
+    python -m tools.notebook_text to-text notebooks/01_tensor_to.ipynb > /tmp/01.py
     # edit /tmp/01.py
-    python tools/notebook_text.py from-text /tmp/01.py notebooks/01_tensor_to.ipynb
-    python tools/build_nav.py && python tools/run_notebooks.py notebooks/01_tensor_to.ipynb
+    python -m tools.notebook_text from-text /tmp/01.py notebooks/01_tensor_to.ipynb
+    python -m tools.build_nav && python -m tools.run_notebooks notebooks/01_tensor_to.ipynb
 
 The text format: an optional first line ``#! covers: ...`` (the README's one-line
 summary); then cells, each starting with ``# %%`` (code) or ``# %% [markdown]``,
@@ -22,8 +22,7 @@ from pathlib import Path
 
 import nbformat
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import build_nav  # noqa: E402
+from tools import build_nav
 
 CELL_LINE = re.compile(r"^# %%( \[markdown\])?(?: tags=(\S+))?\s*$")
 

@@ -48,8 +48,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import lessons  # noqa: E402
+from tools import lessons
 
 WORDS_PER_MINUTE = 150
 SECONDS_PER_CODE_LINE = 5

@@ -2,8 +2,8 @@
 
 This is how every stored output in the repository is produced. Usage:
 
-    python tools/run_notebooks.py                      # every lesson notebook
-    python tools/run_notebooks.py notebooks/01_tensor_to.ipynb
+    python -m tools.run_notebooks                      # every lesson notebook
+    python -m tools.run_notebooks notebooks/01_tensor_to.ipynb
 
 Cells tagged ``raises-exception`` may raise; any other error stops with a message.
 The picked device is forced to the CPU (LESSONS_DEVICE=cpu) so stored outputs are
@@ -20,9 +20,7 @@ from pathlib import Path
 import nbformat
 from nbclient import NotebookClient
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import build_nav  # noqa: E402
-import lessons  # noqa: E402
+from tools import build_nav, lessons
 
 
 def client(notebook: nbformat.NotebookNode, path: Path, timeout: int = 300) -> NotebookClient:

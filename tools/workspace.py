@@ -19,8 +19,8 @@ collection without ever meeting the learner's edits. Only the standard library i
 
 Usage:
 
-    python tools/workspace.py                                # create or update my-work/
-    python tools/workspace.py --fresh labs/02_copy_pitfall.ipynb
+    python -m tools.workspace                                # create or update my-work/
+    python -m tools.workspace --fresh labs/02_copy_pitfall.ipynb
 """
 
 from __future__ import annotations

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import html
 import re
-import sys
 from pathlib import Path
 
 import nbformat
@@ -20,10 +19,7 @@ import pytest
 pytest.importorskip("nbgrader", reason="needs requirements-teacher.txt: make test-classroom")
 from nbgrader.api import Gradebook  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
-import classroom  # noqa: E402
-import lessons  # noqa: E402
-import nbgrader_cells  # noqa: E402
+from tools import classroom, lessons, nbgrader_cells
 
 # One known wrong answer per exercise function: (code replacing the solution region, a
 # phrase of the misconception the check names). A lab is tested with the first of its

@@ -1,0 +1,243 @@
+"""Checks for lab 02_copy_pitfall: reassignment, `is`, and optimizer order."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from labchecks.feedback import (
+    FAILED,
+    PASSED,
+    Feedback,
+    attempt,
+    device_name,
+    moved_and_dropped,
+    rebinds,
+    recorded_to_calls,
+)
+from utils.devices import unusable_device
+
+
+def check_where_is_it_now(predict: Callable[[], str], other: torch.device) -> Feedback:
+    """Exercise 02.1: predict ``batches[0].device`` after a loop of bare ``batch.to(other)``.
+
+    ``predict()`` returns a device name. Introduced in lab 02_copy_pitfall.
+    """
+    exercise = "Exercise 1"
+    answer, problem = attempt(exercise, predict)
+    if problem is not None:
+        return problem
+    try:
+        predicted = torch.device(str(answer).strip().lower())
+    except RuntimeError:
+        return Feedback(exercise, FAILED, f"{answer!r} is not a device name: try 'cpu' or "
+                                          f"{str(other)!r}.")
+    if predicted.type == "cpu":
+        return Feedback(exercise, PASSED, "right. Each `batch.to(other)` made a new tensor and "
+                                          "threw it away; the tensors in the list never move.")
+    return Feedback(exercise, FAILED,
+                    f"you expected `batch.to(other)` to move the batch to {predicted}. Tensor.to "
+                    "never changes the tensor you call it on: it returns a new tensor, and that "
+                    "line does not keep it. (Rebinding the loop variable would not help either: "
+                    "write `batches = [b.to(other) for b in batches]`.)")
+
+
+def check_prepare(prepare: Callable, other: torch.device) -> Feedback:
+    """Exercise 02.2: ``prepare(batch, device)`` must return ``batch`` on ``device``.
+
+    Catches: the result of ``.to`` not kept; the ``device`` argument ignored; a dtype
+    changed along the way; a forced copy when the batch is already there; ``.cuda()``.
+    Introduced in lab 02_copy_pitfall.
+    """
+    exercise = "Exercise 2"
+    other = torch.device(other)
+    batch = torch.arange(6, dtype=torch.float32).reshape(2, 3)
+    with recorded_to_calls() as moves:
+        result, problem = attempt(exercise, prepare, batch, other)
+    if problem is not None:
+        if unusable_device(problem.message) is not None:  # .cuda() where there is no CUDA
+            return Feedback(exercise, FAILED, f"{problem.message.rstrip('.')}. `.cuda()` names "
+                                              "one kind of device; use `.to(device)` so the same "
+                                              "code runs everywhere.")
+        return problem
+    if not isinstance(result, torch.Tensor):
+        return Feedback(exercise, FAILED, f"prepare returned {type(result).__name__}, not a "
+                                          "tensor. Return the batch that is on the device.")
+    if result.device.type != other.type:
+        return _prepare_not_there(exercise, prepare, batch, result, other, moves)
+    # A batch of class labels (int64) as well as one of features (float32): both are
+    # dtypes every device supports (MPS has no float64).
+    labels = torch.tensor([2, 0, 1, 1])
+    moved, problem = attempt(exercise, prepare, labels, other)
+    if problem is not None:
+        return problem
+    for before, after in ((batch, result), (labels, moved)):
+        if not isinstance(after, torch.Tensor) or after.dtype != before.dtype:
+            got = after.dtype if isinstance(after, torch.Tensor) else type(after).__name__
+            return Feedback(exercise, FAILED,
+                            f"the device is right but the dtype changed: a {before.dtype} batch "
+                            f"came back as {got}. Passing a dtype to "
+                            "`.to` converts the batch: `batch.to(device, torch.float32)` turns "
+                            "class labels (int64) into floats. Move it, do not convert it: "
+                            "`batch.to(device)` keeps each batch's own dtype.")
+    on_cpu, problem = attempt(exercise, prepare, batch, torch.device("cpu"))
+    if problem is not None:
+        return problem
+    if not isinstance(on_cpu, torch.Tensor) or on_cpu.device.type != "cpu":
+        if isinstance(on_cpu, torch.Tensor):
+            return _prepare_not_there(exercise, prepare, batch, on_cpu, torch.device("cpu"), [])
+        return Feedback(exercise, FAILED, "prepare(batch, 'cpu') did not return a CPU tensor: "
+                                          "use the `device` argument, not a device fixed in "
+                                          "the function.")
+    already_there = batch.to(other)
+    again, problem = attempt(exercise, prepare, already_there, other)
+    if problem is not None:
+        return problem
+    if again is not already_there or on_cpu is not batch:
+        return Feedback(exercise, FAILED,
+                        "when the batch is already on the device, prepare still made a new "
+                        "tensor. Did you use copy=True, .clone() or zeros_like? Tensor.to returns "
+                        "the tensor itself when nothing changes: no copy needed.")
+    return Feedback(exercise, PASSED, "the batch arrives on the device, and a batch that is "
+                                      "already there is passed through without a copy.")
+
+
+def _prepare_not_there(exercise: str, prepare: Callable, batch: torch.Tensor,
+                       result: torch.Tensor, other: torch.device, moves: list) -> Feedback:
+    """Name why prepare's result is not on ``other``: result not kept, argument overridden,
+    a device fixed in the function, or no move at all."""
+    if rebinds(prepare, "device"):
+        return Feedback(exercise, FAILED,
+                        f"asked for {device_name(other)}, prepare returned a tensor on "
+                        f"{result.device}: your function sets `device = ...` itself, which "
+                        "throws away the device the caller passed in. Picking the device is the "
+                        "caller's job (once, at the top of the script); inside, use the `device` "
+                        "argument as it is.")
+    if result is batch and moved_and_dropped(moves, batch, other):
+        return Feedback(exercise, FAILED,
+                        "prepare returned the very same CPU tensor it was given. You called "
+                        "`batch.to(device)` but kept using `batch`: Tensor.to returns a new "
+                        "tensor, so write `batch = batch.to(device)` (or return it).")
+    if result is batch:
+        return Feedback(exercise, FAILED, "prepare returned the batch it was given, unmoved: "
+                                          "`batch.to(device)` returns the batch on the device; "
+                                          "return that.")
+    return Feedback(exercise, FAILED, f"asked for {device_name(other)}, the result is on "
+                                      f"{result.device}: use the `device` argument, not a "
+                                      "device fixed in the function.")
+
+
+#: The expressions of exercise 02.3, and why each is True or False.
+IS_QUESTIONS = {
+    "t.to('cpu') is t": (True, "nothing changes, so Tensor.to returns `t` itself"),
+    "t.to(torch.float64) is t": (False, "the dtype changes, so Tensor.to builds a new tensor"),
+    "t.to('cpu', copy=True) is t": (False, "copy=True always builds a new tensor"),
+    "t.cpu() is t": (True, "`.cpu()` is `.to('cpu')`: nothing changes, so you get `t` back"),
+    "model.to('cpu') is model": (True, "Module.to changes the module in place and returns it"),
+    "model.to(torch.float64) is model": (True, "Module.to always returns the module itself"),
+}
+
+
+def check_is_predictions(predict: Callable[[], dict]) -> Feedback:
+    """Exercise 02.3: predict True/False for each expression in :data:`IS_QUESTIONS`.
+
+    Introduced in lab 02_copy_pitfall.
+    """
+    exercise = "Exercise 3"
+    answers, problem = attempt(exercise, predict)
+    if problem is not None:
+        return problem
+    if not isinstance(answers, dict):
+        return Feedback(exercise, FAILED, "return a dict: {expression: True or False}.")
+    missing = [q for q in IS_QUESTIONS if answers.get(q) is None]
+    if missing:
+        return Feedback(exercise, FAILED, f"no prediction yet for: {', '.join(missing)}.")
+    not_bool = [q for q in IS_QUESTIONS if not isinstance(answers[q], bool)]
+    if not_bool:
+        return Feedback(exercise, FAILED, f"use True or False (not {answers[not_bool[0]]!r}) "
+                                          f"for: {', '.join(not_bool)}.")
+    wrong = [q for q, (truth, _) in IS_QUESTIONS.items() if answers[q] is not truth]
+    if not wrong:
+        return Feedback(exercise, PASSED, "all six right. Tensor.to returns self only when "
+                                          "nothing changes; Module.to always returns self.")
+    reasons = "; ".join(f"`{q}` is {IS_QUESTIONS[q][0]}: {IS_QUESTIONS[q][1]}" for q in wrong)
+    hints = []
+    if all(answers[q] is False for q in IS_QUESTIONS if q.startswith("t")):
+        hints.append("You seem to think Tensor.to always copies: not when nothing changes.")
+    if all(answers[q] is False for q in IS_QUESTIONS if q.startswith("model")):
+        hints.append("You seem to think Module.to returns a new model, like Tensor.to: it "
+                     "works in place and returns the same module.")
+    return Feedback(exercise, FAILED, f"{len(wrong)} of 6 wrong. {reasons}. {' '.join(hints)}"
+                    .rstrip())
+
+
+def check_model_and_optimizer(build: Callable, other: torch.device) -> Feedback:
+    """Exercise 02.4: ``build(device)`` returns ``(model, optimizer)``, ready to train there.
+
+    Passes when every parameter and every piece of optimizer state is on ``device``
+    with the parameter's dtype, and the optimizer holds the model's own Parameter
+    objects. Catches: the optimizer built before the model was moved (state left
+    behind, or Parameters replaced); an optimizer over other tensors.
+    Introduced in lab 02_copy_pitfall.
+    """
+    exercise = "Exercise 4"
+    result, problem = attempt(exercise, build, other)
+    if problem is not None:
+        return problem
+    if not (isinstance(result, tuple) and len(result) == 2):
+        return Feedback(exercise, FAILED, "return a pair: (model, optimizer).")
+    model, optimizer = result
+    if not isinstance(model, nn.Module) or not isinstance(optimizer, torch.optim.Optimizer):
+        return Feedback(exercise, FAILED, "return (model, optimizer): an nn.Module and a "
+                                          "torch.optim optimizer.")
+    if not all(p.device.type == other.type for p in model.parameters()):
+        found = sorted({str(p.device) for p in model.parameters()})
+        if rebinds(build, "device"):
+            return Feedback(exercise, FAILED,
+                            f"asked for {device_name(other)}, the model is on "
+                            f"{', '.join(found)}: your function sets `device = ...` itself, "
+                            "which throws away the device the caller passed in. Use the "
+                            "`device` argument as it is.")
+        if any(d != "cpu" for d in found):
+            return Feedback(exercise, FAILED, f"asked for {device_name(other)}, the model is on "
+                                              f"{', '.join(found)}: use the `device` argument, "
+                                              "not a device fixed in the function.")
+        return Feedback(exercise, FAILED, "the model is not on the device. Module.to moves it "
+                                          "in place: call model.to(device).")
+    built_before = ("you built the optimizer before moving the model, and Module.to never "
+                    "touches the optimizer. Move the model first, then build the optimizer.")
+    held = [p for group in optimizer.param_groups for p in group["params"]]
+    for parameter, state in optimizer.state.items():
+        for tensor in state.values():
+            if isinstance(tensor, torch.Tensor) and tensor.dim() > 0 and (
+                tensor.device.type != other.type or tensor.dtype != parameter.dtype
+            ):
+                return Feedback(exercise, FAILED,
+                                f"the optimizer's state is {tensor.dtype} on {tensor.device}, "
+                                f"the weights {parameter.dtype} on {device_name(other)}: "
+                                f"{built_before}")
+    if not all(any(h is p for p in model.parameters()) for h in held):
+        if len(held) == len(list(model.parameters())) and all(
+            h.shape == p.shape for h, p in zip(held, model.parameters(), strict=False)
+        ):
+            return Feedback(exercise, FAILED, "the optimizer holds Parameter objects the model no "
+                                              "longer uses: moving to this device replaced them. "
+                                              + built_before)
+        return Feedback(exercise, FAILED, "the optimizer does not hold model.parameters(): build "
+                                          "it with torch.optim.Adagrad(model.parameters()).")
+    on_cpu, problem = attempt(exercise, build, torch.device("cpu"))
+    if problem is not None:
+        return problem
+    if (isinstance(on_cpu, tuple) and on_cpu and isinstance(on_cpu[0], nn.Module)
+            and any(p.device.type != "cpu" for p in on_cpu[0].parameters())):
+        found = sorted({str(p.device) for p in on_cpu[0].parameters()})
+        fixed = ("your function sets `device = ...` itself, which throws away the device the "
+                 "caller passed in" if rebinds(build, "device") else
+                 "the function uses a device fixed inside it")
+        return Feedback(exercise, FAILED, f"asked for cpu, build put the model on "
+                                          f"{', '.join(found)}: {fixed}. Use the `device` "
+                                          "argument as it is.")
+    return Feedback(exercise, PASSED, "model on the device, optimizer built after it: its "
+                                      "parameters and its state are all where they belong.")

@@ -1,0 +1,523 @@
+"""Checks for lab 04_cross_device_errors: make a small training script device-agnostic.
+
+Each check runs the learner's code on every device the lab has: the second device
+first, then the CPU (on a CPU-only machine meta and cpu, on a GPU machine cuda:0 and
+cpu). It audits what it built with :func:`utils.audit`, and names
+the device bug still present and the idea behind it. Meta stands in for a GPU only
+where it raises the same kind of error for real (``nn.Linear``, ``add``, ``mul``,
+``cross_entropy``, ``.numpy()``); the checks never rely on ``cpu @ meta`` or on
+convolutions, which meta lets through.
+
+Introduced in lab 04_cross_device_errors.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+import numpy as np
+import torch
+from torch import nn
+
+from labchecks.feedback import (
+    FAILED,
+    PASSED,
+    Feedback,
+    device_name,
+    explain,
+    first_line,
+    is_stub,
+    not_a_function,
+    not_attempted,
+    reads_outer_name,
+    rebinds,
+)
+from utils.devices import unusable_device
+from utils.placement import IN_DICT, IN_LIST, TENSOR_ATTRIBUTE, audit
+
+#: The class weights of the lab's loss (class 1 is rarer, so it counts twice).
+CLASS_WEIGHTS = (1.0, 2.0, 1.0)
+
+_MISMATCH = ("Expected all tensors to be on the same device", "is not on the expected device",
+             "should be the same")
+_HARD_CODED = ("Invalid device",)  # besides every "no such device here" (unusable_device)
+
+
+class _NotAttempted(Exception):
+    """The learner's code still raises the stub's bare NotImplementedError()."""
+
+
+def _call(function: Callable, *args):
+    """Call ``function``; return ``(result, None)`` or ``(None, the exception it raised)``.
+
+    Raises :class:`_NotAttempted` for the stub's ``NotImplementedError()`` (no
+    message). PyTorch's own NotImplementedError (meta's "Cannot copy out of meta
+    tensor") has a message and is returned like any other error.
+    """
+    try:
+        return function(*args), None
+    except Exception as error:
+        if is_stub(error):
+            raise _NotAttempted() from None
+        return None, error
+
+
+def _said(error: BaseException) -> str:
+    """PyTorch's message, first line only, as the learner would read it."""
+    return f"`{first_line(error)}`"
+
+
+def _overridden(exercise: str, function: Callable, target: torch.device) -> Feedback | None:
+    """The failed Feedback for a function that sets its own ``device = ...``, else None."""
+    if not rebinds(function, "device"):
+        return None
+    return Feedback(exercise, FAILED,
+                    f"asked for {device_name(target)}, your function sets `device = ...` "
+                    "itself (e.g. `torch.device('cuda' if torch.cuda.is_available() else "
+                    "'cpu')`), which throws away the device the caller passed in. Pick the "
+                    "device once, at the top of the script; inside, use the `device` argument "
+                    "as it is.")
+
+
+def _failed(exercise: str, error: BaseException, target: torch.device) -> Feedback:
+    return Feedback(exercise, FAILED, f"on {device_name(target)}, {explain(error)}")
+
+
+def _is_mismatch(error: BaseException | None) -> bool:
+    return error is not None and any(text in str(error) for text in _MISMATCH)
+
+
+def _is_hard_coded(error: BaseException | None) -> bool:
+    return error is not None and (unusable_device(error) is not None
+                                  or any(text in str(error) for text in _HARD_CODED))
+
+
+def _names_a_third_device(error: BaseException | None, target: torch.device) -> bool:
+    """A device mismatch that names an accelerator the check did not ask for.
+
+    With the model and data on ``target``, a tensor on another accelerator can only come
+    from a device written into the code (on a GPU machine, ``.cuda()`` in a CPU run).
+    """
+    if not _is_mismatch(error):
+        return False
+    named = re.findall(r"\b(cuda|mps|xpu)(?::\d+)?\b", str(error))
+    return any(device_type != target.type for device_type in named)
+
+
+def _hard_coded(exercise: str, what: str) -> Feedback:
+    return Feedback(exercise, FAILED,
+                    f"{what}. A hard-coded 'cuda' (or `.cuda()`) breaks on machines without "
+                    "CUDA, and a bare 'cuda' means the *current* GPU (cuda:0), which is how a "
+                    "model on cuda:1 meets a batch on cuda:0. Use the `device` argument: "
+                    "`.to(device)` everywhere.")
+
+
+def _devices(device: torch.device | str, other: torch.device | str) -> list[torch.device]:
+    """The devices a check runs on, once each: the picked and the second device, then the CPU.
+
+    The CPU comes last, so a device bug is named before anything the CPU alone would show.
+    """
+    found: list[torch.device] = []
+    for candidate in sorted((torch.device(device), torch.device(other)),
+                            key=lambda d: d.type == "cpu") + [torch.device("cpu")]:
+        if candidate not in found:
+            found.append(candidate)
+    return found
+
+
+def _reference_model() -> nn.Module:
+    """A correct model with the lab's shapes (4 features in, 3 classes out), on the CPU."""
+    return nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3))
+
+
+def _reference_training(device: torch.device):
+    model = _reference_model().to(device)
+    loss_fn = nn.CrossEntropyLoss(weight=torch.tensor(CLASS_WEIGHTS, device=device))
+    return model, loss_fn, torch.optim.SGD(model.parameters(), lr=0.1)
+
+
+def _batch(size: int = 6) -> tuple[torch.Tensor, torch.Tensor]:
+    """A CPU batch, as a data loader hands it over: inputs (size, 4) and class targets."""
+    generator = torch.Generator().manual_seed(4)
+    inputs = torch.randn(size, 4, generator=generator)
+    return inputs, torch.arange(size) % 3
+
+
+# --------------------------------------------------------------------------- exercise 1
+
+
+def _audit_messages(model: nn.Module, device: torch.device) -> list[str]:
+    """One message per kind of tensor that ``model.to(device)`` left behind."""
+    messages, lists_named = [], set()
+    for finding in audit(model, device):
+        top = finding.name.split(".")[0]
+        if finding.kind == TENSOR_ATTRIBUTE:
+            messages.append(
+                f"`self.{finding.name}` is a plain tensor attribute, so it stayed on "
+                f"{finding.device}: Module.to moves only registered tensors (parameters and "
+                f"buffers) and does not see it. Register it: "
+                f"`self.register_buffer({top!r}, ...)`.")
+        elif "plain list" in finding.kind or "plain dict" in finding.kind:
+            if top not in lists_named:
+                lists_named.add(top)
+                container = "list" if "plain list" in finding.kind else "dict"
+                holder = "nn.ModuleList" if container == "list" else "nn.ModuleDict"
+                messages.append(
+                    f"`self.{top}` is a Python {container} of layers, so their weights "
+                    f"stayed on {finding.device}: layers in a plain {container} are not "
+                    f"submodules, and Module.to (like parameters() and state_dict()) never "
+                    f"sees them. Use `{holder}([...])`.")
+        elif finding.kind in (IN_LIST, IN_DICT) and top not in lists_named:
+            lists_named.add(top)
+            messages.append(
+                f"`self.{top}` keeps tensors in a Python container, and Module.to does not "
+                f"look inside lists or dicts: use nn.ParameterList / nn.ParameterDict, or "
+                f"register_buffer.")
+        elif finding.moved_by_to:
+            messages.append(f"`{finding.name}` is on {finding.device}, not on {device}.")
+    return messages
+
+
+def _what_changed(model: nn.Module) -> str:
+    """On the CPU: '' when ``model`` computes what the script computes (the two blocks, the
+    scale of 0.5, and 0.1 times standard normal noise while training), else what changed."""
+    linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
+    if [(m.in_features, m.out_features) for m in linears] != [(4, 16), (16, 16), (16, 3)]:
+        return ("keep the script's layers: nn.Linear(4, 16) and nn.Linear(16, 16) in "
+                "self.blocks, then the head nn.Linear(16, 3).")
+    inputs = torch.randn(5, 4, generator=torch.Generator().manual_seed(3))
+    kept_state = torch.get_rng_state()
+    try:
+        with torch.no_grad():
+            hidden = inputs
+            for block in linears[:2]:
+                hidden = torch.relu(block(hidden)) * 0.5
+            quiet = linears[2](hidden)
+            if not torch.allclose(model.eval()(inputs), quiet, atol=1e-5):
+                return ("the model no longer computes what the script computes (checked "
+                        "without noise, in eval mode): keep the scale of 0.5 after each "
+                        "block. Move it; do not change it.")
+            torch.manual_seed(11)
+            noisy = model.train()(inputs)
+            torch.manual_seed(11)
+            expected = linears[2](hidden + 0.1 * torch.randn(hidden.shape))
+    finally:
+        torch.set_rng_state(kept_state)  # leave the learner's random numbers alone
+    if torch.allclose(noisy, quiet, atol=1e-6):
+        return ("the output no longer changes while training: you removed the noise. Keep "
+                "it (it regularises the model), and make it on x's device with "
+                "`torch.randn_like(x)`.")
+    if not torch.allclose(noisy, expected, atol=1e-5):
+        return ("the noise changed: the script adds `0.1 * torch.randn(x.shape)`, standard "
+                "normal noise scaled by 0.1. Keep that; only make it where x is: "
+                "`0.1 * torch.randn_like(x)`.")
+    return ""
+
+
+def check_device_agnostic_model(build_model: Callable[[], nn.Module],
+                                device: torch.device | str,
+                                other: torch.device | str) -> Feedback:
+    """Exercise 04.1: ``build_model()`` returns a model that ``.to(d)`` puts wholly on ``d``.
+
+    For each device: builds a fresh model, moves it, audits it (plain tensor
+    attribute, layers in a Python list) and runs a training-mode forward pass on an
+    input there (a tensor made in ``forward`` without ``device=``, a hard-coded
+    ``'cuda'``). On a real device it also checks that the noise is still added.
+    Introduced in lab 04_cross_device_errors.
+    """
+    exercise = "Exercise 1"
+    problem = not_a_function(exercise, build_model)
+    if problem is not None:
+        return problem
+    try:
+        devices = _devices(device, other)
+        for target in devices:
+            model, error = _call(build_model)
+            if error is not None:
+                return Feedback(exercise, FAILED, f"build_model(): {explain(error)}")
+            if not isinstance(model, nn.Module):
+                return Feedback(exercise, FAILED, f"build_model() returned "
+                                                  f"{type(model).__name__}: return Model().")
+            model.to(target)
+            messages = _audit_messages(model, target)
+            if messages:
+                return Feedback(exercise, FAILED, f"after model.to({str(target)!r}), "
+                                f"utils.audit found {len(messages)} problem(s). "
+                                + " ".join(messages))
+        for target in devices:
+            model = build_model().to(target).train()
+            inputs = torch.randn(5, 4, device=target)
+            outputs, error = _call(model, inputs)
+            if _is_hard_coded(error) or _names_a_third_device(error, target):
+                return _hard_coded(exercise, f"forward failed on {device_name(target)}: "
+                                             f"{_said(error)}")
+            if _is_mismatch(error) and reads_outer_name(build_model, "device"):
+                outer = getattr(build_model, "__globals__", {}).get("device")
+                value = f" (here {outer})" if outer is not None else ""
+                return Feedback(exercise, FAILED,
+                                f"the audit is clean, but forward fails on "
+                                f"{device_name(target)}: {_said(error)}. Inside forward, "
+                                f"`device=device` reads the notebook's variable{value}, not "
+                                "the device the model was moved to: the model does not know "
+                                "that name, and `model.to(...)` does not change it. Make the "
+                                "tensor where x is: `torch.randn_like(x)` or "
+                                "`device=x.device`.")
+            if _is_mismatch(error):
+                return Feedback(exercise, FAILED,
+                                f"the audit is clean, but forward fails on "
+                                f"{device_name(target)}: {_said(error)}. A tensor made inside "
+                                "forward without `device=` (like `torch.randn(x.shape)`) is "
+                                "born on the CPU, the default device, wherever x is; "
+                                "Module.to cannot move it, because it does not exist until "
+                                "forward runs. Make it where x is: `torch.randn_like(x)` or "
+                                "`torch.randn(x.shape, device=x.device)`.")
+            if error is not None:
+                return _failed(exercise, error, target)
+            if not isinstance(outputs, torch.Tensor) or outputs.shape != (5, 3):
+                return Feedback(exercise, FAILED, "forward should return the head's output, "
+                                                  "shape (batch, 3).")
+            if outputs.device != target:
+                return Feedback(exercise, FAILED, f"the output is on {outputs.device}, the "
+                                                  f"model on {device_name(target)}.")
+        changed = _what_changed(build_model())
+        if changed:
+            return Feedback(exercise, FAILED, changed)
+    except _NotAttempted:
+        return not_attempted(exercise)
+    shown = ", ".join(device_name(d) for d in devices)
+    return Feedback(exercise, PASSED, f"utils.audit finds nothing left behind and forward runs "
+                                      f"on {shown}: register_buffer, nn.ModuleList and "
+                                      "randn_like keep everything where the model is.")
+
+
+# --------------------------------------------------------------------------- exercise 2
+
+
+def check_training_setup(build_training: Callable, device: torch.device | str,
+                         other: torch.device | str) -> Feedback:
+    """Exercise 04.2: ``build_training(model, device)`` returns ``(model, loss_fn, optimizer)``.
+
+    For each device: hands over a fresh CPU model and audits what comes back. Catches
+    a hard-coded ``'cuda'`` (an error without CUDA, or a model on a GPU when the CPU
+    was asked for), the model not moved, the loss's class weights left on the CPU,
+    and an optimizer that does not hold the model's parameters.
+    Introduced in lab 04_cross_device_errors.
+    """
+    exercise = "Exercise 2"
+    problem = not_a_function(exercise, build_training)
+    if problem is not None:
+        return problem
+    devices = _devices(device, other)
+    try:
+        for target in devices:
+            result, error = _call(build_training, _reference_model(), target)
+            if _is_hard_coded(error):
+                return _hard_coded(exercise, f"asked for {device_name(target)}, "
+                                             f"build_training raised {_said(error)}")
+            if error is not None:
+                return _failed(exercise, error, target)
+            if not (isinstance(result, tuple) and len(result) == 3):
+                return Feedback(exercise, FAILED, "return a triple: (model, loss_fn, optimizer).")
+            model, loss_fn, optimizer = result
+            if not isinstance(model, nn.Module) or not isinstance(loss_fn, nn.Module):
+                return Feedback(exercise, FAILED, "the model and the loss should both be "
+                                                  "nn.Modules: return the CrossEntropyLoss "
+                                                  "object, not a function.")
+            left = audit(model, target)
+            overridden = _overridden(exercise, build_training, target)
+            if left and overridden is not None:
+                return overridden
+            if left:
+                found = sorted({str(f.device) for f in left})
+                if any(f.device.type != "cpu" for f in left):  # it arrived on the CPU
+                    return _hard_coded(exercise, f"asked for {device_name(target)}, the model "
+                                                 f"came back on {', '.join(found)}: the "
+                                                 f"function ignores its `device` argument")
+                return Feedback(exercise, FAILED,
+                                f"the model is still on {', '.join(found)}, not on "
+                                f"{device_name(target)}. Call `model.to(device)`: Module.to "
+                                "moves the model in place (no reassignment needed).")
+            weights = audit(loss_fn, target)
+            overridden = _overridden(exercise, build_training, target)
+            if weights and overridden is not None:
+                return overridden
+            if weights:
+                return Feedback(exercise, FAILED,
+                                f"the loss's class weights are on {weights[0].device}, the model "
+                                f"on {device_name(target)}: the loss step would fail. "
+                                "CrossEntropyLoss keeps `weight` as a buffer, and a loss is an "
+                                "nn.Module, so `loss_fn.to(device)` moves it (or make the "
+                                "weights with `device=device`).")
+            weight = getattr(loss_fn, "weight", None)
+            if not isinstance(weight, torch.Tensor) or weight.shape != (3,):
+                return Feedback(exercise, FAILED, f"keep the class weights: "
+                                                  f"nn.CrossEntropyLoss(weight=...) with "
+                                                  f"{list(CLASS_WEIGHTS)}.")
+            if target.type != "meta" and weight.cpu().tolist() != list(CLASS_WEIGHTS):
+                return Feedback(exercise, FAILED, f"the class weights changed to "
+                                                  f"{weight.cpu().tolist()}: move them, "
+                                                  "do not change them.")
+            if not isinstance(optimizer, torch.optim.Optimizer):
+                return Feedback(exercise, FAILED, "the third item should be the optimizer.")
+            held = [p for group in optimizer.param_groups for p in group["params"]]
+            owned = list(model.parameters())
+            if len(held) != len(owned) or not all(any(h is p for p in owned) for h in held):
+                return Feedback(exercise, FAILED,
+                                "the optimizer does not hold the model's parameters (on "
+                                f"{device_name(target)} moving the model replaced them). "
+                                "Move the model first, then build the optimizer.")
+    except _NotAttempted:
+        return not_attempted(exercise)
+    shown = ", ".join(device_name(d) for d in devices)
+    return Feedback(exercise, PASSED, f"the model and the loss's class weights land on the "
+                                      f"device you ask for ({shown}), and the optimizer holds "
+                                      "the moved parameters.")
+
+
+# --------------------------------------------------------------------------- exercise 3
+
+
+def _step_fails(train_step: Callable, target: torch.device, move_inputs: bool,
+                move_targets: bool) -> bool:
+    """Whether the step fails with a device mismatch when only the named tensors arrive moved."""
+    inputs, targets = _batch()
+    inputs = inputs.to(target) if move_inputs else inputs
+    targets = targets.to(target) if move_targets else targets
+    _, error = _call(train_step, *_reference_training(target), inputs, targets, target)
+    return _is_mismatch(error)
+
+
+def check_train_step(train_step: Callable, device: torch.device | str,
+                     other: torch.device | str) -> Feedback:
+    """Exercise 04.3: ``train_step(model, loss_fn, optimizer, inputs, targets, device)``.
+
+    For each device: a correct model, loss and optimizer on it, and a CPU batch (as a
+    data loader gives it). On a device mismatch it replays the step with only the
+    targets, then only the inputs, moved for the learner, to say which one stayed on
+    the CPU. On a real device it checks that the step updated the weights.
+    Introduced in lab 04_cross_device_errors.
+    """
+    exercise = "Exercise 3"
+    problem = not_a_function(exercise, train_step)
+    if problem is not None:
+        return problem
+    devices = _devices(device, other)
+    try:
+        for target in devices:
+            model, loss_fn, optimizer = _reference_training(target)
+            before = [p.detach().clone() for p in model.parameters()]
+            inputs, targets = _batch()
+            loss, error = _call(train_step, model, loss_fn, optimizer, inputs, targets, target)
+            if _is_hard_coded(error) or _names_a_third_device(error, target):
+                return _hard_coded(exercise, f"on {device_name(target)} train_step raised "
+                                             f"{_said(error)}")
+            overridden = _overridden(exercise, train_step, target)
+            if _is_mismatch(error) and overridden is not None:
+                return overridden
+            if _is_mismatch(error):
+                where = device_name(target)
+                inputs_left = _step_fails(train_step, target, False, True)
+                targets_left = _step_fails(train_step, target, True, False)
+                messages = []
+                if inputs_left:
+                    messages.append(
+                        f"The inputs stay on the CPU while the model is on {where}: a data "
+                        "loader hands you CPU tensors, so move each batch, "
+                        "`inputs = inputs.to(device)`. (`inputs.to(device)` alone changes "
+                        "nothing: Tensor.to returns a new tensor.)")
+                if targets_left:
+                    messages.append(
+                        f"The targets stay on the CPU: the loss compares them with the "
+                        f"model's output on {where}, so they must be there too, "
+                        "`targets = targets.to(device)`. Moving the model never moves "
+                        "the data.")
+                if not messages:
+                    messages.append("Only the model, the loss and the batch should meet "
+                                    "here; make sure nothing else is created on the CPU.")
+                return Feedback(exercise, FAILED, f"on {where} the step fails with "
+                                                  f"{_said(error)}. " + " ".join(messages))
+            if error is not None:
+                return _failed(exercise, error, target)
+            if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
+                return Feedback(exercise, FAILED, "return the loss, a tensor with one number "
+                                                  "(the skeleton's last line does).")
+            overridden = _overridden(exercise, train_step, target)
+            if loss.device != target and overridden is not None:
+                return overridden
+            if loss.device != target:
+                return Feedback(exercise, FAILED, f"the loss is on {loss.device}, not on "
+                                                  f"{device_name(target)}.")
+            if target.type != "meta" and all(
+                torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True)
+            ):
+                return Feedback(exercise, FAILED, "the weights did not change: keep "
+                                                  "optimizer.step() in the step.")
+    except _NotAttempted:
+        return not_attempted(exercise)
+    shown = ", ".join(device_name(d) for d in devices)
+    return Feedback(exercise, PASSED, f"a CPU batch trains a model on {shown}: inputs and "
+                                      "targets move to where the model and the loss are.")
+
+
+# --------------------------------------------------------------------------- exercise 4
+
+
+def check_predict(predict: Callable, device: torch.device | str,
+                  other: torch.device | str) -> Feedback:
+    """Exercise 04.4: ``predict(model, inputs, device)`` returns NumPy probabilities.
+
+    Catches ``.numpy()`` on a device tensor (meta raises that TypeError for real, as a
+    GPU does) and ``.numpy()`` on a tensor that requires grad (found on the CPU). On
+    meta, a correct answer stops at ``.cpu()``, since meta has no data to copy: that
+    is accepted. On a real device the array must hold the right probabilities.
+    Introduced in lab 04_cross_device_errors.
+    """
+    exercise = "Exercise 4"
+    problem = not_a_function(exercise, predict)
+    if problem is not None:
+        return problem
+    devices = _devices(device, other)
+    inputs, _ = _batch(5)
+    try:
+        for target in devices:
+            model = _reference_model().to(target)
+            array, error = _call(predict, model, inputs, target)
+            overridden = _overridden(exercise, predict, target)
+            if _is_mismatch(error) and overridden is not None:
+                return overridden
+            if target.type == "meta" and isinstance(error, NotImplementedError):
+                continue  # it reached .cpu(): a GPU would copy here, meta has no data to copy
+            if _is_hard_coded(error) or _names_a_third_device(error, target):
+                return _hard_coded(exercise, f"on {device_name(target)} predict raised "
+                                             f"{_said(error)}")
+            if isinstance(error, TypeError) and "to numpy" in str(error):
+                return Feedback(exercise, FAILED,
+                                f"on {device_name(target)}: {_said(error)}. NumPy arrays live "
+                                "in main memory, so `.numpy()` works only on a CPU tensor. "
+                                "Copy it first: `.detach().cpu().numpy()`.")
+            if isinstance(error, RuntimeError) and "requires grad" in str(error):
+                return Feedback(exercise, FAILED,
+                                f"on {device_name(target)}: {_said(error)}. The probabilities "
+                                "come from the weights, so they carry autograd history, and "
+                                "`.numpy()` refuses them even on the CPU. Add `.detach()` (or "
+                                "predict under `torch.no_grad()`), then `.cpu().numpy()`.")
+            if error is not None:
+                return _failed(exercise, error, target)
+            if isinstance(array, torch.Tensor):
+                return Feedback(exercise, FAILED, f"predict returned a tensor on "
+                                                  f"{array.device}; return a NumPy array.")
+            if not isinstance(array, np.ndarray) or array.shape != (5, 3):
+                return Feedback(exercise, FAILED, "return a NumPy array of shape (batch, 3).")
+            if target.type == "meta":
+                continue  # no data on meta to compare with; the CPU run compares
+            with torch.no_grad():
+                expected = model(inputs.to(target)).softmax(dim=1).cpu().numpy()
+            if not np.allclose(array, expected, atol=1e-5):
+                return Feedback(exercise, FAILED, "the array does not hold the model's class "
+                                                  "probabilities: keep the skeleton's "
+                                                  "softmax line.")
+    except _NotAttempted:
+        return not_attempted(exercise)
+    return Feedback(exercise, PASSED, "the probabilities leave the device the only way they "
+                                      "can: `.detach().cpu().numpy()`.")

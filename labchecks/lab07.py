@@ -1,0 +1,399 @@
+"""Checks for lab 07_moving_data_fast: fewer copies, fewer waits, and what fits in memory.
+
+Exercise 1 runs the learner's training loop twice: on the CPU for its value (it must equal
+the slow loop's), and under :class:`utils.Ledger` on the second device (meta on a
+CPU-only machine, the GPU otherwise) for its traffic. Traffic is judged *per extra step*:
+the loop runs for 4 and for 8 steps, and the difference is what each step costs, so a
+one-time move before the loop and one read after it are free.
+(Each step must make no copy and no wait; the *bytes* of a one-time move may grow with the
+number of steps, for a loop that moves only the rows it will use.) Exercises 2 and 3 compare
+with :func:`utils.footprint`. Introduced in lab 07_moving_data_fast.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from labchecks.feedback import FAILED, PASSED, Feedback, attempt, device_name
+from utils.footprint import footprint
+from utils.traffic import Ledger, format_bytes
+
+#: The class weights of lab 07's loss.
+LAB07_CLASS_WEIGHTS = (1.0, 2.0, 1.0)
+_ROWS, _FEATURES, _BATCH = 512, 16, 32
+
+
+def lab07_data() -> tuple[torch.Tensor, torch.Tensor]:
+    """Lab 07's dataset, on the CPU: 512 rows of 16 float32 features, labels 0-2.
+
+    Introduced in lab 07_moving_data_fast."""
+    generator = torch.Generator().manual_seed(7)
+    features = torch.randn(_ROWS, _FEATURES, generator=generator)
+    return features, torch.randint(0, 3, (_ROWS,), generator=generator)
+
+
+def lab07_model(device: str | torch.device = "cpu"):
+    """Return ``(model, optimizer)``: lab 07's small classifier on ``device`` and its SGD.
+
+    The same seed every time, so two runs start from the same weights.
+    Introduced in lab 07_moving_data_fast."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(_FEATURES, 32), nn.ReLU(), nn.Linear(32, 3)).to(device)
+    return model, torch.optim.SGD(model.parameters(), lr=0.1)
+
+
+def train_slow(model, optimizer, features, labels, device, steps: int) -> float:
+    """Lab 07's slow loop: the right result, with needless copies and waits every step.
+
+    Returns the mean loss over ``steps`` steps of ``_BATCH`` rows, in order.
+    Introduced in lab 07_moving_data_fast."""
+    losses = []
+    for step in range(steps):
+        all_inputs = features.to(device)  # the whole dataset, every step
+        all_labels = labels.to(device)
+        rows = slice(step * _BATCH, (step + 1) * _BATCH)
+        weights = torch.tensor(LAB07_CLASS_WEIGHTS).to(device)  # made on the CPU, then moved
+        loss = nn.functional.cross_entropy(model(all_inputs[rows]), all_labels[rows],
+                                           weight=weights)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())  # a wait, every step
+    return sum(losses) / len(losses)
+
+
+@functools.cache
+def _slow_result() -> float:
+    """What the slow loop returns for 8 steps on the CPU (computed once)."""
+    return train_slow(*lab07_model("cpu"), *lab07_data(), torch.device("cpu"), 8)
+
+
+def _traffic(train: Callable, device: torch.device, steps: int):
+    """Run ``train`` for ``steps`` steps under a ledger; return (ledger, result, problem)."""
+    model, optimizer = lab07_model(device)
+    features, labels = lab07_data()
+    with Ledger() as ledger:
+        result, problem = attempt("Exercise 1", train, model, optimizer, features, labels,
+                                  device, steps)
+    return ledger, result, problem
+
+
+def _as_number(result) -> float | None:
+    if isinstance(result, torch.Tensor) and result.numel() == 1 and result.device.type == "cpu":
+        return float(result)
+    if isinstance(result, (int, float)) and not isinstance(result, bool):
+        return float(result)
+    return None
+
+
+def _explain_raise(problem: Feedback, device: torch.device) -> Feedback:
+    text = problem.message
+    if "device" in text and ("expected" in text or "same device" in text):
+        return Feedback(problem.exercise, FAILED,
+                        f"{text}. The check ran your loop with device={device_name(device)} "
+                        "and something stayed on the CPU: move features, labels and the class "
+                        "weights to the `device` argument (do not pick a device inside the "
+                        "function).")
+    return problem
+
+
+def check_fast_training(train: Callable, other: str | torch.device = "meta") -> Feedback:
+    """Exercise 07.1: ``train(model, optimizer, features, labels, device, steps)``.
+
+    Passes when the result, computed on the CPU, equals :func:`train_slow`'s (the mean
+    loss, as a Python float) and each extra step makes no copy between devices and no host
+    wait on ``other`` (the second device: meta on a CPU-only machine). Names the copy or
+    wait still made every step. Introduced in lab 07_moving_data_fast.
+    """
+    exercise = "Exercise 1"
+    other = torch.device(other)
+    expected = _slow_result()
+    model, optimizer = lab07_model("cpu")
+    result, problem = attempt(exercise, train, model, optimizer, *lab07_data(),
+                              torch.device("cpu"), 8)
+    if problem is not None:
+        return _explain_raise(problem, torch.device("cpu"))
+    if isinstance(result, torch.Tensor) and result.numel() == 1 and result.device.type != "cpu":
+        return _on_device(exercise)
+    value = _as_number(result)
+    if value is None:
+        return Feedback(exercise, FAILED, f"train returned {type(result).__name__}; return the "
+                                          "mean loss as a Python float.")
+    if not math.isclose(value, expected, rel_tol=1e-5):
+        hint = (" That is the sum: divide by the number of steps." if
+                math.isclose(value, expected * 8, rel_tol=1e-5) else
+                " Keep everything the loop computes: the same batches in the same order, the "
+                "class weights in the loss, and the mean over the steps.")
+        return Feedback(exercise, FAILED, f"train returned {value:.6f}, but the slow loop "
+                                          f"gives {expected:.6f}: the fix changed the result."
+                                          f"{hint}")
+    short, _, problem = _traffic(train, other, 4)
+    if problem is not None:
+        return _explain_raise(problem, other)
+    long, result, problem = _traffic(train, other, 8)
+    if problem is not None:
+        return _explain_raise(problem, other)
+    if isinstance(result, torch.Tensor) and result.device.type != "cpu":
+        return _on_device(exercise)
+    return _judge_traffic(short, long, other)
+
+
+def _on_device(exercise: str) -> Feedback:
+    return Feedback(exercise, FAILED, "train returned a tensor on the device. Read it once, "
+                                      "after the loop: return `total.item() / steps`.")
+
+
+def _judge_traffic(short: Ledger, long: Ledger, other: torch.device) -> Feedback:
+    exercise = "Exercise 1"
+    steps = 4
+    extra_bytes = (long.bytes_moved - short.bytes_moved) / steps
+    extra_waits = (len(long.waits) - len(short.waits)) / steps
+    extra_copies = (len(long.copies) - len(short.copies)) / steps
+    if extra_copies == 0 and extra_waits == 0:  # moving only the rows it needs, once, is fine
+        return Feedback(exercise, PASSED,
+                        f"same result, and each step now makes 0 copies and waits 0 times on "
+                        f"{device_name(other)}; what is left happens once, around the loop: "
+                        f"{format_bytes(short.bytes_moved)} moved, {len(short.waits)} waits.")
+    features, labels = lab07_data()
+    dataset = features.nbytes + labels.nbytes
+    batch = (features.nbytes + labels.nbytes) * _BATCH // _ROWS
+    weights = 4 * len(LAB07_CLASS_WEIGHTS)
+    problems = []
+    if extra_copies == 0:
+        extra_bytes = 0.0  # more rows moved once, before the loop: not a per-step cost
+    if extra_bytes >= dataset:
+        problems.append("it still copies the whole dataset every step: move `features` and "
+                        "`labels` to the device once, before the loop, and slice batches there")
+    elif extra_bytes >= batch:
+        problems.append(f"it copies each batch every step ({format_bytes(batch)} a step). That "
+                        "is the right pattern for data that does not fit on the device; this "
+                        f"dataset is {format_bytes(dataset)}, so move it once, before the loop")
+    if extra_bytes % batch == weights or extra_bytes == weights:
+        problems.append("it makes the class weights on the CPU every step and copies them "
+                        "(`torch.tensor(..., device=device)` also builds on the host, then "
+                        "copies): make them once, before the loop, with device=device")
+    item_waits = sum(1 for w in long.waits if w.why.startswith(".item()")) - sum(
+        1 for w in short.waits if w.why.startswith(".item()"))
+    if item_waits > 0:
+        problems.append("it reads the loss on the host every step (`.item()`, `float(loss)`): "
+                        "the host waits for the device each time. Sum on the device, "
+                        "`total += loss.detach()`, and call `.item()` once, after the loop")
+    other_waits = extra_waits - item_waits / steps
+    if other_waits > 0 and not problems:
+        reasons = sorted({w.why for w in long.waits} - {w.why for w in short.waits}
+                         or {w.why for w in long.waits})
+        problems.append(f"the host still waits every step: {'; '.join(reasons)}")
+    if not problems:
+        problems.append(f"each step still moves {format_bytes(extra_bytes)} and waits "
+                        f"{extra_waits:g} times")
+    return Feedback(exercise, FAILED, "the result is right, but " + "; and ".join(problems) + ".")
+
+
+# --------------------------------------------------------------------------- exercise 2
+
+
+class _Tied(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(50, 8)
+        self.head = nn.Linear(8, 50, bias=False)
+        self.head.weight = self.embed.weight
+
+    def forward(self, tokens):
+        return self.head(self.embed(tokens))
+
+
+def _frozen() -> nn.Module:
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
+    model[0].requires_grad_(False)  # a frozen first layer: no gradient, no Adam state
+    return model
+
+
+def exercise2_models() -> dict[str, tuple[nn.Module, torch.Tensor]]:
+    """The models the footprint check tries, each with an input: plain float32, with a
+    buffer, bfloat16, tied weights, a frozen layer. Introduced in lab 07_moving_data_fast."""
+    torch.manual_seed(0)
+    return {
+        "a float32 MLP": (nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 4)),
+                          torch.randn(2, 16)),
+        "a model with BatchNorm buffers": (nn.Sequential(nn.Linear(16, 32), nn.BatchNorm1d(32)),
+                                           torch.randn(2, 16)),
+        "a bfloat16 model": (nn.Linear(16, 8).to(torch.bfloat16),
+                             torch.randn(2, 16, dtype=torch.bfloat16)),
+        "a model with tied weights": (_Tied(), torch.tensor([[1, 2, 3]])),
+        "a model with a frozen layer": (_frozen(), torch.randn(2, 16)),
+    }
+
+
+def _adam_bytes(model: nn.Module, inputs: torch.Tensor) -> int:
+    result = footprint(model, inputs)
+    return result.parameters + result.gradients + result.optimizer_state
+
+
+def check_adam_bytes(adam_bytes: Callable) -> Feedback:
+    """Exercise 07.2: ``adam_bytes(model)`` predicts the bytes of parameters, gradients and
+    Adam's state, checked against :func:`utils.footprint` on five kinds of model.
+
+    Introduced in lab 07_moving_data_fast.
+    """
+    exercise = "Exercise 2"
+    for name, (model, inputs) in exercise2_models().items():
+        predicted, problem = attempt(exercise, adam_bytes, model)
+        if problem is not None:
+            return problem
+        if isinstance(predicted, torch.Tensor) and predicted.numel() == 1:
+            predicted = predicted.item()
+        if not isinstance(predicted, (int, float)) or isinstance(predicted, bool):
+            return Feedback(exercise, FAILED, f"adam_bytes returned {type(predicted).__name__};"
+                                              " return a number of bytes.")
+        truth = _adam_bytes(model, inputs)
+        if predicted == truth:
+            continue
+        return Feedback(exercise, FAILED, f"for {name} you predicted {predicted:,} bytes, "
+                                          f"utils.footprint counts {truth:,}. "
+                                          f"{_why_adam(model, predicted, truth)}")
+    return Feedback(exercise, PASSED, "right for every model: 4 copies of each trainable "
+                                      "parameter (weight, gradient, Adam's two averages), in the "
+                                      "parameter's own dtype, each shared weight once.")
+
+
+def _why_adam(model: nn.Module, predicted: float, truth: int) -> str:
+    parameters = list(model.parameters())
+    weights = sum(p.numel() * p.element_size() for p in parameters)
+    numbers = sum(p.numel() for p in parameters)
+    buffers = sum(b.numel() * b.element_size() for b in model.buffers())
+    every = sum(p.numel() * p.element_size()
+                for _, p in model.named_parameters(remove_duplicate=False))
+    known = [
+        (weights, "That is a quarter of it: the weights alone in bytes (or all four copies "
+                  "counted in numbers, not bytes). Training keeps, per parameter, the weight, "
+                  "its gradient and Adam's two running averages (exp_avg, exp_avg_sq), each "
+                  "p.numel() * p.element_size() bytes."),
+        (2 * weights, "Weights and gradients, yes; Adam also keeps two running averages per "
+                      "parameter (exp_avg and exp_avg_sq)."),
+        (3 * weights, "Adam keeps *two* tensors per parameter (exp_avg and exp_avg_sq), not one."),
+        (4 * weights, "A parameter with requires_grad=False gets no gradient, and Adam keeps no "
+                      "state for it: the frozen layer counts once, the others four times."),
+        (4 * (weights + buffers), "You counted the buffers (BatchNorm's running statistics) as "
+                                  "if they trained; they have no gradient and no optimizer "
+                                  "state. Use model.parameters()."),
+        (truth + buffers, "Buffers (BatchNorm's running statistics) are not parameters, and this "
+                          "count is of parameters, gradients and Adam's state only."),
+        (4 * every, "You counted a shared weight twice: the embedding and the output layer share "
+                    "one tensor, and model.parameters() lists it once."),
+        (16 * numbers, "You assumed 4 bytes per number; a bfloat16 number takes 2. Use "
+                       "p.element_size()."),
+    ]
+    for value, why in known:
+        if value != truth and math.isclose(predicted, value):
+            return why
+    if any(math.isclose(predicted, truth / unit) for unit in (2**20, 1e6, 2**30, 1e9)):
+        return "That is the right amount in MB or GB; return bytes."
+    return ("For each p in model.parameters(): p.numel() * p.element_size() bytes for the "
+            "weight, and three times that again if p.requires_grad (gradient, exp_avg, "
+            "exp_avg_sq).")
+
+
+# --------------------------------------------------------------------------- exercise 3
+
+
+def exercise3_model() -> nn.Module:
+    """The model of exercise 3: 64 features in, two hidden layers of 256, 10 classes.
+
+    Introduced in lab 07_moving_data_fast."""
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(),
+                         nn.Linear(256, 10))
+
+
+def _total(model: nn.Module, rows: int, features: int) -> int:
+    if features == 64 and _is_exercise3_model(model):
+        return _exercise3_total(rows)
+    return footprint(model, torch.zeros(rows, features)).total
+
+
+def _is_exercise3_model(model: nn.Module) -> bool:
+    shapes = [tuple(p.shape) for p in model.parameters()]
+    return shapes == [tuple(p.shape) for p in _exercise3_reference().parameters()]
+
+
+@functools.cache
+def _exercise3_reference() -> nn.Module:
+    return exercise3_model()
+
+
+@functools.cache
+def _exercise3_total(rows: int) -> int:
+    """The footprint total of the exercise 3 model for ``rows`` rows (computed once each)."""
+    return footprint(_exercise3_reference(), torch.zeros(rows, 64)).total
+
+
+def largest_batch_reference(model: nn.Module, features: int, budget: float) -> int:
+    """The largest batch whose training step (Adam) fits ``budget`` bytes; 0 if none."""
+    if _total(model, 1, features) > budget:
+        return 0
+    low, high = 1, 2
+    while _total(model, high, features) <= budget:
+        low, high = high, high * 2
+    while high - low > 1:  # low fits, high does not
+        middle = (low + high) // 2
+        low, high = (middle, high) if _total(model, middle, features) <= budget else (low, middle)
+    return low
+
+
+def exercise3_budgets(model: nn.Module, features: int = 64) -> dict[str, float]:
+    """The budgets exercise 3 is checked on: one in between, one that a batch fills
+    exactly, one too small for a single row. Introduced in lab 07_moving_data_fast."""
+    exact = float(_total(model, 100, features))
+    return {"a budget of 1.9 MiB": 1.9 * 2**20, "a budget that 100 rows fill exactly": exact,
+            "a budget too small for one row": float(_total(model, 1, features) - 1)}
+
+
+def check_largest_batch(largest_batch: Callable) -> Feedback:
+    """Exercise 07.3: ``largest_batch(model, features, budget_bytes)`` returns the largest
+    batch size whose training step fits the budget (0 if none), as utils.footprint counts.
+
+    Introduced in lab 07_moving_data_fast.
+    """
+    exercise = "Exercise 3"
+    model = exercise3_model()
+    for name, budget in exercise3_budgets(model).items():
+        answer, problem = attempt(exercise, largest_batch, model, 64, budget)
+        if problem is not None:
+            return problem
+        truth = largest_batch_reference(model, 64, budget)
+        if isinstance(answer, bool) or not isinstance(answer, int):
+            return Feedback(exercise, FAILED, f"largest_batch returned {answer!r}; return a "
+                                              "whole number of rows.")
+        if answer == truth:
+            continue
+        why = _why_batch(model, answer, truth, budget)
+        return Feedback(exercise, FAILED, f"for {name} you answered {answer}, the right answer "
+                                          f"is {truth}. {why}")
+    return Feedback(exercise, PASSED, "right for every budget, including the one a batch fills "
+                                      "exactly and the one where not even one row fits.")
+
+
+def _why_batch(model: nn.Module, answer: int, truth: int, budget: float) -> str:
+    if truth == 0:
+        return ("Not even one row fits this budget: the weights, gradients and Adam's state "
+                "alone are over it. Return 0.")
+    if answer == truth + 1:
+        return (f"A batch of {answer} needs {_total(model, answer, 64):,} bytes, over the "
+                "budget: you returned the first batch that does not fit. Return the one before.")
+    if answer == truth - 1 and _total(model, truth, 64) == budget:
+        return ("A batch that fills the budget exactly fits: compare with <=, not <.")
+    if answer > truth:
+        fixed = footprint(model, torch.zeros(1, 64))
+        weights_only = fixed.parameters + fixed.gradients + fixed.optimizer_state
+        if budget >= weights_only and answer > 2 * truth:
+            return ("The activations and the batch itself grow with every row: count the whole "
+                    "footprint (its .total), not only the weights, gradients and optimizer state.")
+        return f"A batch of {answer} needs {_total(model, answer, 64):,} bytes: over the budget."
+    return (f"A batch of {truth} needs {_total(model, truth, 64):,} bytes, which fits: search "
+            "further (double the batch until it no longer fits, then bisect).")

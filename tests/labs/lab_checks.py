@@ -1,0 +1,25 @@
+"""Helpers shared by the tests of labchecks (one test file per lab)."""
+
+from __future__ import annotations
+
+import labchecks as checks
+
+
+def stub(*args):
+    """What a student's unattempted exercise does: nbgrader's stub."""
+    raise NotImplementedError()
+
+
+def assert_feedback(feedback: checks.Feedback, status: str, *phrases: str) -> checks.Feedback:
+    """Assert the check's status and that its message contains each phrase; return it."""
+    assert feedback.status == status, str(feedback)
+    for phrase in phrases:
+        assert phrase in feedback.message, f"{phrase!r} not in {feedback.message!r}"
+    return feedback
+
+
+def assert_one_line(feedback: checks.Feedback) -> checks.Feedback:
+    """Assert the message is one line with no terminal escape codes or traceback; return it."""
+    assert "\n" not in feedback.message and "\x1b" not in feedback.message, feedback.message
+    assert "Traceback" not in feedback.message, feedback.message
+    return feedback

@@ -1,0 +1,402 @@
+"""labchecks, lab 07: every differently written right answer passes, each known wrong answer
+gets the message that names its misconception, and the stub is reported as not attempted.
+Run on the CPU with meta as the second device, as on a CPU-only machine."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from lab_checks import assert_feedback as _status
+from lab_checks import stub
+from torch import nn
+
+import labchecks as checks
+import utils
+from labchecks.lab07 import exercise3_budgets, largest_batch_reference
+
+OTHER = torch.device("meta")
+# a learner's float(loss) on a tensor that requires grad warns; that is their code, not ours
+pytestmark = pytest.mark.filterwarnings("ignore:Converting a tensor with requires_grad")
+WEIGHTS = checks.LAB07_CLASS_WEIGHTS
+F = nn.functional
+
+
+# --- exercise 1: the training loop ---------------------------------------------------------
+
+
+def fast_total_detach(model, optimizer, features, labels, device, steps):
+    features, labels = features.to(device), labels.to(device)
+    weights = torch.tensor(WEIGHTS, device=device)
+    total = torch.zeros((), device=device)
+    for step in range(steps):
+        rows = slice(step * 32, (step + 1) * 32)
+        loss = F.cross_entropy(model(features[rows]), labels[rows], weight=weights)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        total += loss.detach()
+    return total.item() / steps
+
+
+def fast_stack_losses(model, optimizer, features, labels, device, steps):
+    inputs = features[: steps * 32].to(device)  # only the rows it needs, once
+    targets = labels[: steps * 32].to(device)
+    weights = torch.as_tensor(WEIGHTS).to(device)
+    losses = []
+    for batch, target in zip(inputs.split(32), targets.split(32), strict=True):
+        loss = F.cross_entropy(model(batch), target, weight=weights)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.detach())
+    return torch.stack(losses).mean().item()
+
+
+def fast_string_device_and_float(model, optimizer, features, labels, device, steps):
+    device = str(device)
+    data = features.to(device=device), labels.to(device=device)
+    loss_fn = nn.CrossEntropyLoss(weight=torch.tensor(WEIGHTS).to(device))
+    running = torch.tensor(0.0).to(device)
+    for step in range(steps):
+        start = step * 32
+        loss = loss_fn(model(data[0][start:start + 32]), data[1][start:start + 32])
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        running = running + loss.detach()
+    return float(running / steps)
+
+
+def fast_indices(model, optimizer, features, labels, device, steps):
+    features = features.to(device, non_blocking=True)
+    labels = labels.to(device, non_blocking=True)
+    weights = features.new_tensor(WEIGHTS)  # built from Python data, once
+    total = features.new_zeros(())
+    for step in range(steps):
+        index = torch.arange(step * 32, (step + 1) * 32, device=device)
+        loss = F.cross_entropy(model(features[index]), labels[index], weight=weights)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        total.add_(loss.detach())
+    return (total / steps).item()
+
+
+def fast_returns_cpu_tensor(model, optimizer, features, labels, device, steps):
+    features, labels = features.to(device), labels.to(device)
+    weights = torch.tensor(WEIGHTS, device=device)
+    total = 0
+    for step in range(steps):
+        rows = slice(step * 32, (step + 1) * 32)
+        loss = F.cross_entropy(model(features[rows]), labels[rows], weight=weights)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        total = total + loss.detach()
+    return (total / steps).cpu()  # one copy back, after the loop
+
+
+def fast_with_torch_device(model, optimizer, features, labels, device, steps):
+    device = torch.device(device)
+    with torch.no_grad():
+        pass  # harmless
+    batches = list(zip(features.to(device).split(32), labels.to(device).split(32), strict=True))
+    weights = torch.full((3,), 1.0, device=device)
+    weights[1] = 2.0
+    total = torch.zeros((), device=device)
+    for inputs, targets in batches[:steps]:
+        loss = F.cross_entropy(model(inputs), targets, weight=weights)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        total += loss.detach()
+    return total.item() / steps
+
+
+@pytest.mark.parametrize("train", [
+    fast_total_detach, fast_stack_losses, fast_string_device_and_float, fast_indices,
+    fast_returns_cpu_tensor, fast_with_torch_device,
+])
+def test_fast_training_accepts_every_right_style(train):
+    _status(checks.check_fast_training(train, OTHER), checks.PASSED, "0 copies", "0 times")
+
+
+def make_loop(whole_dataset=False, per_batch=False, weights_each_step=False,
+              weights_on_device_each_step=False, item_each_step=False, float_each_step=False,
+              total_is_sum=False, no_weights=False, ignore_device=False, returns_device=False):
+    """The right loop with one (or more) of the known mistakes left in."""
+
+    def train(model, optimizer, features, labels, device, steps):
+        if ignore_device:
+            device = torch.device("cpu")
+        if not (whole_dataset or per_batch):
+            features, labels = features.to(device), labels.to(device)
+        weights = torch.tensor(WEIGHTS, device=device)
+        total, losses = torch.zeros((), device=device), []
+        for step in range(steps):
+            rows = slice(step * 32, (step + 1) * 32)
+            if whole_dataset:
+                inputs, targets = features.to(device)[rows], labels.to(device)[rows]
+            elif per_batch:
+                inputs, targets = features[rows].to(device), labels[rows].to(device)
+            else:
+                inputs, targets = features[rows], labels[rows]
+            if weights_each_step:
+                weights = torch.tensor(WEIGHTS).to(device)
+            if weights_on_device_each_step:
+                weights = torch.tensor(WEIGHTS, device=device)
+            loss = F.cross_entropy(model(inputs), targets,
+                                   weight=None if no_weights else weights)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            if item_each_step:
+                losses.append(loss.item())
+            elif float_each_step:
+                losses.append(float(loss))
+            else:
+                total += loss.detach()
+        if losses:
+            return sum(losses) / len(losses)
+        if returns_device:
+            return total / steps
+        return total.item() if total_is_sum else total.item() / steps
+
+    return train
+
+
+@pytest.mark.parametrize(("mistake", "phrases"), [
+    ({"whole_dataset": True}, ["whole dataset every step"]),
+    ({"per_batch": True}, ["copies each batch every step", "move it once"]),
+    ({"weights_each_step": True}, ["class weights on the CPU every step"]),
+    ({"weights_on_device_each_step": True}, ["torch.tensor(..., device=device)` also builds"]),
+    ({"item_each_step": True}, ["reads the loss on the host every step", "loss.detach()"]),
+    ({"float_each_step": True}, ["reads the loss on the host every step"]),
+    ({"total_is_sum": True}, ["the fix changed the result", "That is the sum"]),
+    ({"no_weights": True}, ["the fix changed the result", "class weights in the loss"]),
+    ({"ignore_device": True}, ["device=meta", "move features, labels and the class weights"]),
+    ({"returns_device": True}, ["returned a tensor on the device"]),
+])
+def test_fast_training_names_each_mistake(mistake, phrases):
+    _status(checks.check_fast_training(make_loop(**mistake), OTHER), checks.FAILED, *phrases)
+
+
+def test_fast_training_names_every_mistake_of_the_slow_loop():
+    feedback = _status(checks.check_fast_training(checks.train_slow, OTHER), checks.FAILED,
+                       "whole dataset", "class weights", "reads the loss")
+    assert feedback.message.count("; and ") == 2
+
+
+def test_fast_training_device_mistake_does_not_show_up_on_the_cpu_alone():
+    # the device mistake is invisible when the check's second device is the CPU too: it is
+    # the run on meta (or the GPU) that exposes it
+    _status(checks.check_fast_training(make_loop(ignore_device=True), "cpu"), checks.PASSED)
+
+
+def test_fast_training_stub_is_not_attempted():
+    _status(checks.check_fast_training(stub, OTHER), checks.NOT_ATTEMPTED)
+
+
+def test_fast_training_rejects_something_that_is_not_a_function():
+    _status(checks.check_fast_training(3.14, OTHER), checks.FAILED, "Pass the function itself")
+
+
+def test_slow_loop_is_deterministic():
+    first = checks.train_slow(*checks.lab07_model(), *checks.lab07_data(), "cpu", 3)
+    assert first == checks.train_slow(*checks.lab07_model(), *checks.lab07_data(), "cpu", 3)
+
+
+# --- exercise 2: predict the bytes of parameters, gradients and Adam's state ----------------
+
+
+def adam_loop(model):
+    total = 0
+    for parameter in model.parameters():
+        size = parameter.numel() * parameter.element_size()
+        total += 4 * size if parameter.requires_grad else size
+    return total
+
+
+def adam_comprehension(model):
+    return sum(p.nbytes * (4 if p.requires_grad else 1) for p in model.parameters())
+
+
+def adam_parts(model):
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    trainable = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
+    return weights + trainable + 2 * trainable  # gradients, then exp_avg and exp_avg_sq
+
+
+def adam_untyped_storage(model):
+    unique = {p.untyped_storage().data_ptr(): p for p in model.parameters()}
+    return sum(p.untyped_storage().nbytes() * (1 + 3 * p.requires_grad) for p in unique.values())
+
+
+def adam_named(model):
+    seen, total = set(), 0
+    for _, parameter in model.named_parameters():
+        if id(parameter) not in seen:
+            seen.add(id(parameter))
+            total += parameter.element_size() * parameter.numel() * (
+                4 if parameter.requires_grad else 1)
+    return total
+
+
+def adam_tensor_result(model):
+    return torch.tensor(adam_loop(model))  # a one-element tensor is accepted too
+
+
+@pytest.mark.parametrize("adam_bytes", [adam_loop, adam_comprehension, adam_parts,
+                                        adam_untyped_storage, adam_named, adam_tensor_result])
+def test_adam_bytes_accepts_every_right_style(adam_bytes):
+    _status(checks.check_adam_bytes(adam_bytes), checks.PASSED, "4 copies")
+
+
+def numbers(model):
+    return sum(p.numel() for p in model.parameters())
+
+
+def weights(model):
+    return sum(p.numel() * p.element_size() for p in model.parameters())
+
+
+@pytest.mark.parametrize(("adam_bytes", "phrase"), [
+    (weights, "the weights alone"),
+    (lambda m: 4 * numbers(m), "counted in numbers, not bytes"),
+    (lambda m: 2 * weights(m), "Adam also keeps two running averages"),
+    (lambda m: 3 * weights(m), "*two* tensors per parameter"),
+    (lambda m: 16 * numbers(m), "assumed 4 bytes per number"),
+    (lambda m: 4 * weights(m), "requires_grad=False"),
+    (lambda m: adam_loop(m) + 4 * sum(b.nbytes for b in m.buffers()), "counted the buffers"),
+    (lambda m: adam_loop(m) + sum(b.nbytes for b in m.buffers()), "Buffers"),
+    (lambda m: sum(4 * p.nbytes for _, p in m.named_parameters(remove_duplicate=False)),
+     "shared weight twice"),
+    (lambda m: adam_loop(m) / 2**20, "in MB or GB; return bytes"),
+    (lambda m: adam_loop(m) / 1e9, "in MB or GB; return bytes"),
+    (lambda m: adam_loop(m) + 1, "three times that again"),
+    (lambda m: str(adam_loop(m)), "return a number of bytes"),
+])
+def test_adam_bytes_names_each_mistake(adam_bytes, phrase):
+    _status(checks.check_adam_bytes(adam_bytes), checks.FAILED, phrase)
+
+
+def test_adam_bytes_stub_is_not_attempted():
+    _status(checks.check_adam_bytes(stub), checks.NOT_ATTEMPTED)
+
+
+def test_adam_bytes_models_cover_buffers_dtypes_ties_and_frozen_layers():
+    models = checks.exercise2_models()
+    assert any(list(m.buffers()) for m, _ in models.values())
+    assert any(p.dtype == torch.bfloat16 for m, _ in models.values() for p in m.parameters())
+    assert any(not p.requires_grad for m, _ in models.values() for p in m.parameters())
+    assert any(len(list(m.named_parameters(remove_duplicate=False))) > len(list(m.parameters()))
+               for m, _ in models.values())
+
+
+# --- exercise 3: the largest batch that fits ----------------------------------------------
+
+
+def fits(model, rows, features, budget):
+    return utils.footprint(model, torch.zeros(rows, features)).total <= budget
+
+
+def batch_bisect(model, features, budget):
+    if not fits(model, 1, features, budget):
+        return 0
+    low, high = 1, 2
+    while fits(model, high, features, budget):
+        low, high = high, high * 2
+    while high - low > 1:
+        middle = (low + high) // 2
+        if fits(model, middle, features, budget):
+            low = middle
+        else:
+            high = middle
+    return low
+
+
+def batch_linear_formula(model, features, budget):
+    one = utils.footprint(model, torch.zeros(1, features)).total
+    two = utils.footprint(model, torch.zeros(2, features)).total
+    per_row, fixed = two - one, one - (two - one)
+    return max(0, math.floor((budget - fixed) / per_row))
+
+
+def batch_halve_then_climb(model, features, budget):
+    rows = 4096
+    while rows and not fits(model, rows, features, budget):
+        rows //= 2
+    while rows and fits(model, rows + 1, features, budget):
+        rows += 1
+    return rows
+
+
+def batch_powers_then_step(model, features, budget):
+    rows = 0
+    step = 256
+    while step:
+        if fits(model, rows + step, features, budget):
+            rows += step
+        else:
+            step //= 2
+    return rows
+
+
+def batch_recursive(model, features, budget, low=0, high=4096):
+    if high - low <= 1:
+        return low
+    middle = (low + high) // 2
+    if fits(model, middle, features, budget):
+        return batch_recursive(model, features, budget, middle, high)
+    return batch_recursive(model, features, budget, low, middle)
+
+
+def batch_bisect_module(model, features, budget):
+    import bisect
+
+    sizes = range(1, 4096)
+    return bisect.bisect_right(sizes, budget, key=lambda rows: utils.footprint(
+        model, torch.zeros(rows, features)).total)
+
+
+@pytest.mark.parametrize("largest_batch", [
+    batch_bisect, batch_linear_formula, batch_halve_then_climb, batch_powers_then_step,
+    batch_recursive, batch_bisect_module,
+])
+def test_largest_batch_accepts_every_right_style(largest_batch):
+    _status(checks.check_largest_batch(largest_batch), checks.PASSED, "fills exactly")
+
+
+def weights_only(model, features, budget):
+    fixed = utils.footprint(model, torch.zeros(1, features))
+    per_row = 0
+    rows = 0
+    base = fixed.parameters + fixed.gradients + fixed.optimizer_state
+    while base + per_row * (rows + 1) <= budget and rows < 100_000:
+        rows += 1000
+    return rows if base <= budget else 0
+
+
+@pytest.mark.parametrize(("largest_batch", "phrase"), [
+    (lambda m, f, b: batch_bisect(m, f, b) + 1, "first batch that does not fit"),
+    (lambda m, f, b: batch_bisect(m, f, b - 1), "compare with <=, not <"),
+    (lambda m, f, b: max(1, batch_bisect(m, f, b)), "Return 0"),
+    (weights_only, "count the whole footprint"),
+    (lambda m, f, b: batch_bisect(m, f, b) // 2, "which fits: search further"),
+    (lambda m, f, b: float(batch_bisect(m, f, b)), "whole number of rows"),
+])
+def test_largest_batch_names_each_mistake(largest_batch, phrase):
+    _status(checks.check_largest_batch(largest_batch), checks.FAILED, phrase)
+
+
+def test_largest_batch_stub_is_not_attempted():
+    _status(checks.check_largest_batch(stub), checks.NOT_ATTEMPTED)
+
+
+def test_largest_batch_budgets_include_an_exact_fit_and_none():
+    model = checks.exercise3_model()
+    budgets = exercise3_budgets(model)
+    answers = [largest_batch_reference(model, 64, b) for b in budgets.values()]
+    assert answers[1] == 100 and answers[2] == 0 and answers[0] > 100

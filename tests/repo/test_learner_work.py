@@ -1,0 +1,231 @@
+"""A learner's answers survive `make lab` again, `make labs`, and an update of the course.
+
+The learner works in my-work/ (tools/workspace.py, run by `make lab`); tools/build_labs.py
+refuses to overwrite a student lab that holds someone's work. Nothing here runs a notebook:
+each test copies one lab into a temporary folder and works on that.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from tools import build_labs, build_nav, lessons, run_notebooks, workspace
+
+LAB = "labs/02_copy_pitfall.ipynb"
+LESSON = "notebooks/02_copy_pitfall.ipynb"
+ANSWER = "return 'the answer I worked out for an hour'"
+TODAY = datetime.date.today().isoformat()
+
+
+def write_answer(path: Path) -> bytes:
+    """Replace the first stub in the notebook at ``path`` with ANSWER, as JupyterLab saves."""
+    notebook = json.loads(path.read_text(encoding="utf-8"))
+    for cell in notebook["cells"]:
+        text = "".join(cell["source"])
+        if cell["cell_type"] == "code" and "raise NotImplementedError()" in text:
+            cell["source"] = text.replace("raise NotImplementedError()", ANSWER, 1)
+            break
+    path.write_text(json.dumps(notebook, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    return path.read_bytes()
+
+
+def change_a_markdown_cell(path: Path, text: str) -> None:
+    notebook = json.loads(path.read_text(encoding="utf-8"))
+    cell = next(c for c in notebook["cells"] if c["cell_type"] == "markdown"
+                and "nav-header" not in c["metadata"].get("tags", []))
+    cell["source"] = "".join(cell["source"]) + text
+    path.write_text(json.dumps(notebook, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+@pytest.fixture
+def course(tmp_path) -> Path:
+    """A copy of the course with one lesson, its lab and the lab's solution."""
+    for name in (LAB, LESSON, "labs/solutions/02_copy_pitfall.ipynb", "pyproject.toml",
+                 ".gitignore", "tools/__init__.py", "tools/workspace.py"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(lessons.ROOT / name, tmp_path / name)
+    return tmp_path
+
+
+# --- make lab: the working folder ------------------------------------------------------------
+
+def test_make_lab_run_again_keeps_the_learners_answers(course):
+    workspace.update(course)
+    mine = course / workspace.FOLDER / LAB
+    answered = write_answer(mine)
+    assert workspace.update(course) == ["Your copies in my-work/ are up to date with the course."]
+    assert mine.read_bytes() == answered
+
+
+def test_first_run_copies_lessons_and_labs_with_their_layout(course):
+    (lines,) = workspace.update(course)
+    assert lines.startswith("Created my-work/")
+    for name in (LAB, LESSON):
+        assert (course / "my-work" / name).read_bytes() == (course / name).read_bytes()
+    assert not (course / "my-work/labs/solutions").exists()
+    assert "../README.md" in (course / "my-work/README.md").read_text(encoding="utf-8")
+
+
+def test_a_lab_new_in_the_course_is_copied_and_the_others_are_left_alone(course):
+    workspace.update(course)
+    answered = write_answer(course / "my-work" / LAB)
+    shutil.copyfile(course / LAB, course / "labs/09_new_topic.ipynb")
+    assert workspace.update(course) == [
+        "New in the course, copied into my-work/: labs/09_new_topic.ipynb"]
+    assert (course / "my-work/labs/09_new_topic.ipynb").exists()
+    assert (course / "my-work" / LAB).read_bytes() == answered
+
+
+def test_a_newer_lab_upstream_is_reported_and_the_copy_is_untouched(course):
+    workspace.update(course)
+    answered = write_answer(course / "my-work" / LAB)
+    change_a_markdown_cell(course / LAB, "\nA clearer sentence.")
+    lines = workspace.update(course)
+    assert lines == [
+        "The course has a newer version of 1 of your copies in my-work/ (they are untouched):",
+        f"  {LAB}  (edited by you)",
+        "For the new version of one, keeping yours with today's date in its name: "
+        f"make fresh COPY={LAB}",
+    ]
+    assert (course / "my-work" / LAB).read_bytes() == answered
+    assert workspace.update(course) == lines  # said every time until the learner acts on it
+
+
+def test_a_newer_version_of_an_unedited_copy_says_so(course):
+    workspace.update(course)
+    change_a_markdown_cell(course / LESSON, "\nA clearer sentence.")
+    assert f"  {LESSON}  (not edited by you)" in workspace.update(course)
+
+
+def test_a_course_rerun_that_changes_only_outputs_is_not_a_newer_version(course):
+    workspace.update(course)
+    notebook = json.loads((course / LAB).read_text(encoding="utf-8"))
+    for cell in notebook["cells"]:
+        if cell["cell_type"] == "code":
+            cell["outputs"], cell["execution_count"] = [], 7
+    (course / LAB).write_text(json.dumps(notebook), encoding="utf-8")
+    assert workspace.update(course) == ["Your copies in my-work/ are up to date with the course."]
+
+
+def test_fresh_copy_keeps_the_learners_with_the_date_in_its_name(course):
+    workspace.update(course)
+    answered = write_answer(course / "my-work" / LAB)
+    change_a_markdown_cell(course / LAB, "\nA clearer sentence.")
+    lines = workspace.fresh(f"my-work/{LAB}", course)
+    kept = course / "my-work/labs" / f"02_copy_pitfall-{TODAY}.ipynb"
+    assert lines == [f"Kept your copy as my-work/labs/{kept.name}",
+                     f"my-work/{LAB} is now the course's current version."]
+    assert kept.read_bytes() == answered
+    assert (course / "my-work" / LAB).read_bytes() == (course / LAB).read_bytes()
+    assert workspace.update(course) == ["Your copies in my-work/ are up to date with the course."]
+    workspace.fresh(LAB, course)  # a second fresh copy the same day keeps both old ones
+    assert (course / "my-work/labs" / f"02_copy_pitfall-{TODAY}-2.ipynb").exists()
+    assert kept.read_bytes() == answered
+
+
+def test_fresh_copy_of_something_not_in_the_course_names_the_choices(course):
+    with pytest.raises(SystemExit, match=r"No notebook or lab called 'labs/99_x.ipynb'.*"
+                                         r"notebooks/02_copy_pitfall.ipynb, labs/02_copy"):
+        workspace.fresh("labs/99_x.ipynb", course)
+
+
+def test_make_lab_updates_my_work_and_opens_jupyterlab_there():
+    result = subprocess.run(["make", "-n", "lab"], cwd=lessons.ROOT, capture_output=True,
+                            text=True, check=True)
+    lines = result.stdout.splitlines()
+    step = next(i for i, line in enumerate(lines) if "tools.workspace" in line)
+    start = next(i for i, line in enumerate(lines) if "jupyter lab" in line)
+    assert step < start
+    assert f'--ServerApp.root_dir="{lessons.ROOT}"' in lines[start]
+    assert "--LabApp.default_url=/lab/tree/my-work" in lines[start + 1]
+
+
+# --- an update of the course: git pull in a learner's clone ----------------------------------
+
+def git(folder: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.org",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.org"}
+    return subprocess.run(["git", "-c", "init.defaultBranch=main", "-c", "pull.rebase=false",
+                           *args], cwd=folder, env=env, capture_output=True, text=True)
+
+
+def test_git_pull_of_an_updated_course_keeps_the_learners_answers(course, tmp_path_factory):
+    assert git(course, "init", "-q").returncode == 0
+    git(course, "add", "-A")
+    assert git(course, "commit", "-qm", "the course").returncode == 0
+    clone = tmp_path_factory.mktemp("learner") / "course"
+    assert git(clone.parent, "clone", "-q", str(course), str(clone)).returncode == 0
+
+    tool = [sys.executable, "-m", "tools.workspace"]
+    subprocess.run(tool, cwd=clone, check=True, capture_output=True)  # make lab, first time
+    answered = write_answer(clone / "my-work" / LAB)
+    assert git(clone, "status", "--porcelain").stdout == ""  # the answers are not git's business
+
+    change_a_markdown_cell(course / LAB, "\nA clearer sentence.")
+    git(course, "commit", "-qam", "lab 02: a clearer sentence")
+    pulled = git(clone, "pull")
+    assert pulled.returncode == 0, pulled.stdout + pulled.stderr
+    assert "CONFLICT" not in pulled.stdout + pulled.stderr
+    assert (clone / LAB).read_bytes() == (course / LAB).read_bytes()  # the update arrived
+    assert (clone / "my-work" / LAB).read_bytes() == answered  # and the answers are intact
+
+    report = subprocess.run(tool, cwd=clone, check=True, capture_output=True, text=True).stdout
+    assert f"  {LAB}  (edited by you)\n" in report
+    assert (clone / "my-work" / LAB).read_bytes() == answered
+
+
+# --- make labs: build_labs refuses to overwrite someone's work -------------------------------
+
+@pytest.fixture
+def lab_builder(course, monkeypatch) -> Path:
+    """build_labs working on ``course``, with notebook execution and `make nav` skipped."""
+    monkeypatch.setattr(lessons, "ROOT", course)
+    monkeypatch.setattr(lessons, "NOTEBOOKS", course / "notebooks")
+    monkeypatch.setattr(lessons, "LABS", course / "labs")
+    monkeypatch.setattr(lessons, "SOLUTIONS", course / "labs/solutions")
+    monkeypatch.setattr(build_nav, "main", lambda argv: 0)
+    monkeypatch.setattr(run_notebooks, "execute", lambda path: nbformat.read(path, as_version=4))
+    return course
+
+
+def test_make_labs_refuses_to_overwrite_a_lab_holding_answers(lab_builder, capsys):
+    answered = write_answer(lab_builder / LAB)
+    assert build_labs.main([]) == 1
+    assert (lab_builder / LAB).read_bytes() == answered
+    out = capsys.readouterr().out
+    assert f"not overwritten: {LAB}: 1 cell(s) differ from the generated lab" in out
+    assert "python -m tools.build_labs --force" in out
+
+
+def test_make_labs_force_keeps_a_backup_in_my_work_then_regenerates(lab_builder, capsys):
+    answered = write_answer(lab_builder / LAB)
+    assert build_labs.main(["--force"]) == 0
+    kept = lab_builder / "my-work/labs" / f"02_copy_pitfall-backup-{TODAY}.ipynb"
+    assert kept.read_bytes() == answered
+    assert ANSWER not in (lab_builder / LAB).read_text(encoding="utf-8")
+    assert f"kept: {LAB} as my-work/labs/{kept.name}" in capsys.readouterr().out
+
+
+def test_make_labs_regenerates_its_own_lab_after_the_solution_changed(lab_builder):
+    assert build_labs.main([]) == 0  # records what it wrote in the lab's metadata
+    change_a_markdown_cell(lab_builder / "labs/solutions/02_copy_pitfall.ipynb", "\nNew words.")
+    assert build_labs.main([]) == 0
+    assert "New words." in (lab_builder / LAB).read_text(encoding="utf-8")
+
+
+def test_a_lab_that_was_only_run_is_not_someones_work(lab_builder):
+    notebook = json.loads((lab_builder / LAB).read_text(encoding="utf-8"))
+    for cell in notebook["cells"]:
+        if cell["cell_type"] == "code":
+            cell["outputs"], cell["execution_count"] = [], 3
+    (lab_builder / LAB).write_text(json.dumps(notebook), encoding="utf-8")
+    assert build_labs.main([]) == 0

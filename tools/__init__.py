@@ -1,0 +1,1 @@
+"""Maintainer tools, run from the repository root as ``python -m tools.NAME``."""

@@ -1,0 +1,1 @@
+"""Benchmarks: ``python -m tools.bench.NAME`` prints measurements; no test runs them."""

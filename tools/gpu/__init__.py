@@ -1,0 +1,1 @@
+"""What runs on a machine with a CUDA GPU: ``bash tools/gpu/gpu_verify.sh``."""
