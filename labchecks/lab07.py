@@ -21,7 +21,8 @@ from torch import nn
 
 from labchecks.feedback import FAILED, PASSED, Feedback, attempt, device_name
 from utils.footprint import footprint
-from utils.traffic import Ledger, format_bytes
+from utils.text import format_bytes
+from utils.traffic import Ledger
 
 #: The class weights of lab 07's loss.
 LAB07_CLASS_WEIGHTS = (1.0, 2.0, 1.0)

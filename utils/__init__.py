@@ -4,12 +4,9 @@ Each function's docstring names the notebook that introduces it.
 """
 
 from utils.checkpoints import (
-    CheckpointError,
     CheckpointInfo,
     TensorEntry,
-    UnsafeCheckpointError,
     add_prefix,
-    cleaned_error,
     inspect_checkpoint,
     save_as_if_on,
     save_atomic,
@@ -31,10 +28,12 @@ from utils.devices import (
     why_no_cuda,
 )
 from utils.distributed import Worker, WorkerFailed, process_group, torchrun
+from utils.errors import CheckpointError, UnsafeCheckpointError
 from utils.footprint import Footprint, footprint
 from utils.ops import aten_ops
 from utils.placement import Finding, Placement, audit, placement_figure, where
-from utils.traffic import Copy, Ledger, Wait, format_bytes
+from utils.text import cleaned_error, format_bytes
+from utils.traffic import Copy, Ledger, Wait
 from utils.widgets import (
     WIDGETS_ENV_VAR,
     explore_save_load,

@@ -13,7 +13,6 @@ unpickles with ``weights_only=False``: a checkpoint that needs code to load is r
 from __future__ import annotations
 
 import contextvars
-import html
 import os
 import pickle
 import re
@@ -30,6 +29,14 @@ import torch
 from torch.nn.modules.utils import consume_prefix_in_state_dict_if_present
 
 from utils import pickle_scan
+from utils.errors import CheckpointError, UnsafeCheckpointError
+from utils.text import (
+    first_sentence,
+    format_bytes,
+    strip_ansi,
+    table_html,
+    table_text,
+)
 
 if TYPE_CHECKING:
     from utils.dcp import DcpInfo
@@ -41,28 +48,6 @@ ZIP_MAGIC = b"PK\x03\x04"
 
 #: Wrapper prefixes: DataParallel / DistributedDataParallel, then torch.compile.
 WRAPPER_PREFIXES = ("module.", "_orig_mod.")
-
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
-
-
-class CheckpointError(ValueError):
-    """A file that is not a readable torch.save checkpoint (empty, truncated, not one)."""
-
-
-class UnsafeCheckpointError(CheckpointError):
-    """A checkpoint whose pickle asks for code that ``weights_only=True`` refuses to run.
-
-    ``needs`` lists what it asks for (``module.name``); ``info`` is a
-    :class:`CheckpointInfo` of its tensors and location tags, read from the pickle's
-    opcodes without running anything (None when they could not be followed).
-    """
-
-    def __init__(self, message: str, needs: list[str] | None = None,
-                 info: CheckpointInfo | None = None) -> None:
-        super().__init__(message)
-        self.needs = needs or []
-        self.info = info
-
 
 @dataclass(frozen=True)
 class TensorEntry:
@@ -114,8 +99,8 @@ class CheckpointInfo:
         refused = (f" (refused by weights_only=True: it needs {', '.join(self.needs)}; "
                    "read from its opcodes, nothing run)" if self.needs else "")
         return (
-            f"{self.name}: {self.format} format, {size_text(self.file_bytes)}, "
-            f"{len(self.entries)} tensor(s) in {size_text(self.storage_bytes)} of storage, "
+            f"{self.name}: {self.format} format, {format_bytes(self.file_bytes)}, "
+            f"{len(self.entries)} tensor(s) in {format_bytes(self.storage_bytes)} of storage, "
             f"saved location tag(s): {tags}{refused}"
         )
 
@@ -126,7 +111,7 @@ class CheckpointInfo:
         ``shared`` when an earlier row's storage holds it too."""
         return [
             (e.key, str(tuple(e.shape)), str(e.dtype).removeprefix("torch."), e.location,
-             "shared" if e.shared else size_text(e.storage_bytes))
+             "shared" if e.shared else format_bytes(e.storage_bytes))
             for e in self.entries[:limit]
         ]
 
@@ -140,45 +125,6 @@ class CheckpointInfo:
 
 
 _HEADER = ("key", "shape", "dtype", "saved on", "storage saved")
-
-
-def size_text(nbytes: float) -> str:
-    for unit in ("bytes", "KiB", "MiB", "GiB"):
-        if nbytes < 1024 or unit == "GiB":
-            return f"{int(nbytes)} {unit}" if unit == "bytes" else f"{nbytes:.1f} {unit}"
-        nbytes /= 1024
-    raise AssertionError("unreachable")
-
-
-def table_text(summary: str, header: tuple[str, ...], rows: list[tuple[str, ...]],
-               total: int) -> str:
-    """The summary line, then ``rows`` under ``header`` in aligned columns, then how many
-    of ``total`` entries were left out. Shared by CheckpointInfo and utils.dcp.DcpInfo."""
-    table = [header, *rows]
-    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
-    lines = [summary]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
-              for row in table]
-    if total > len(rows):
-        lines.append(f"... and {total - len(rows)} more")
-    return "\n".join(lines)
-
-
-def table_html(summary: str, header: tuple[str, ...], rows: list[tuple[str, ...]],
-               total: int) -> str:
-    """The same table as :func:`table_text`, as HTML for Jupyter."""
-    cells = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>"
-                    for row in rows)
-    tail = f"<p>... and {total - len(rows)} more</p>" if total > len(rows) else ""
-    return (f"<p><b>{html.escape(summary)}</b></p><table>"
-            "<tr>" + "".join(f"<th>{h}</th>" for h in header) + "</tr>"
-            f"{cells}</table>{tail}")
-
-
-def _first(message: str) -> str:
-    """The first sentence of a (long) PyTorch message."""
-    line = message.strip().splitlines()[0] if message.strip() else "no message"
-    return line.split(". ")[0].rstrip(".") + "."
 
 
 def _checkpoints_in(folder: Path) -> str:
@@ -326,7 +272,7 @@ def inspect_checkpoint(path: str | os.PathLike) -> CheckpointInfo | DcpInfo:
             loaded = torch.load(path, map_location=record, weights_only=True,
                                 mmap=fmt == "zip")
     except pickle.UnpicklingError as error:
-        message = _ANSI.sub("", str(error))
+        message = strip_ansi(str(error))
         found = _unsafe_globals(path, fmt, message)
         operand = re.search(r"Unsupported operand (\d+)", message)
         if not found and operand and _head_protocol(path) > 2:
@@ -340,7 +286,8 @@ def inspect_checkpoint(path: str | os.PathLike) -> CheckpointInfo | DcpInfo:
         if not found and "blocked" not in message:
             raise CheckpointError(
                 f"{name!r} could not be unpickled: the file is damaged or truncated, or uses "
-                f"pickle operations the safe loader refuses. (PyTorch said: {_first(message)})"
+                f"pickle operations the safe loader refuses. "
+                f"(PyTorch said: {first_sentence(message)})"
             ) from None
         found = found or ["a blocked module"]
         raise UnsafeCheckpointError(
@@ -359,7 +306,7 @@ def inspect_checkpoint(path: str | os.PathLike) -> CheckpointInfo | DcpInfo:
                 "checkpoint. torch.jit.load reads it, and runs its code."
             ) from None
         problem = _zip_problem(path) if fmt == "zip" else None
-        said = "" if problem else f" (PyTorch said: {_first(str(error))})"
+        said = "" if problem else f" (PyTorch said: {first_sentence(str(error))})"
         raise CheckpointError(
             f"{name!r} cannot be read: {problem or 'it is damaged or truncated'}.{said}"
         ) from None
@@ -573,23 +520,12 @@ def add_prefix(state_dict: Mapping[str, Any], prefix: str = "module.") -> Ordere
     return OrderedDict((prefix + key, value) for key, value in state_dict.items())
 
 
-def cleaned_error(error: BaseException) -> str:
-    """The first line of an exception's message, without terminal colour codes.
-
-    PyTorch's ``weights_only`` error contains ANSI bold escapes; this is what a
-    notebook prints instead. Introduced in 05_save_load_scenarios.
-    """
-    text = _ANSI.sub("", str(error)).strip()
-    return f"{type(error).__name__}: {text.splitlines()[0].strip() if text else ''}"
-
-
 __all__ = [
     "CheckpointError",
     "CheckpointInfo",
     "TensorEntry",
     "UnsafeCheckpointError",
     "add_prefix",
-    "cleaned_error",
     "inspect_checkpoint",
     "save_as_if_on",
     "save_atomic",

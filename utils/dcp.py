@@ -25,13 +25,8 @@ from typing import Any
 
 import torch
 
-from utils.checkpoints import (
-    CheckpointError,
-    UnsafeCheckpointError,
-    size_text,
-    table_html,
-    table_text,
-)
+from utils.errors import CheckpointError, UnsafeCheckpointError
+from utils.text import format_bytes, table_html, table_text
 
 METADATA_FILE = ".metadata"
 _DATA_FILE = re.compile(r"^__(\d+)_(\d+)\.distcp$")
@@ -136,11 +131,11 @@ class DcpInfo:
 
     def summary(self) -> str:
         """One line: name, how many ranks wrote it, files, tensors and their size."""
-        files = ", ".join(f"{n} ({size_text(b)})" for n, b in sorted(self.files.items()))
+        files = ", ".join(f"{n} ({format_bytes(b)})" for n, b in sorted(self.files.items()))
         others = len(self.entries) - len(self.tensors)
         extra = f" and {others} other item(s)" if others else ""
         return (f"{self.name}: DCP folder written by {len(self.ranks)} rank(s); "
-                f"{len(self.tensors)} tensor(s) in {size_text(self.tensor_bytes)}{extra}; "
+                f"{len(self.tensors)} tensor(s) in {format_bytes(self.tensor_bytes)}{extra}; "
                 f"data files: {files or 'none'}")
 
     def rows(self, limit: int = 40) -> list[tuple[str, str, str, str]]:

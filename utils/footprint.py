@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import nn
 
-from utils.traffic import format_bytes
+from utils.text import format_bytes
 
 PARTS = ("parameters", "buffers", "gradients", "optimizer_state", "activations", "inputs")
 

@@ -24,7 +24,6 @@ off while it formats a tensor) and copies made inside ``torch.load``.
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -32,6 +31,8 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
+
+from utils.text import format_bytes
 
 _aten = torch.ops.aten
 _COPIES = {_aten._to_copy.default, _aten.copy_.default, _aten._copy_from.default,
@@ -143,14 +144,6 @@ class Ledger:
 
     def _wait(self, device, why):
         self.waits.append(Wait(torch.device(device), why))
-
-
-def format_bytes(count: float) -> str:
-    """'0 B', '512 B', '4.0 KiB', '1.5 MiB', '13.5 GiB'. Introduced in 07_moving_data_fast."""
-    if count < 1024:
-        return f"{count:.0f} B"
-    power = min(int(math.log(count, 1024)), 4)
-    return f"{count / 1024**power:.1f} {['B', 'KiB', 'MiB', 'GiB', 'TiB'][power]}"
 
 
 def _nbytes(tensor: torch.Tensor) -> int:

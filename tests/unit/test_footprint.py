@@ -95,7 +95,7 @@ def test_parts_add_up_and_print():
     result = Footprint(1, 2, 3, 4, 5, 6)
     assert result.total == 21 and list(result.as_dict()) == list(PARTS)
     assert result.fits(21) and not result.fits(20)
-    assert result.summary().splitlines()[-1].split() == ["total", "21", "B"]
+    assert result.summary().splitlines()[-1].split() == ["total", "21", "bytes"]
 
 
 @pytest.mark.parametrize(("model", "optimizer", "message"), [

@@ -8,7 +8,8 @@ import pytest
 import torch
 from torch import nn
 
-from utils.traffic import Ledger, format_bytes
+from utils.text import format_bytes
+from utils.traffic import Ledger
 
 META = torch.device("meta")
 FROM_HOST = "a copy from the host without non_blocking=True"
@@ -147,9 +148,9 @@ def test_per_step_rejects_a_bad_step_count():
         Ledger().per_step(0)
 
 
-def test_format_bytes_picks_a_readable_unit():
+def test_format_bytes_picks_a_readable_unit_the_same_in_every_helper():
     assert [format_bytes(n) for n in (0, 512, 4096, 1.5 * 2**20, 13.5 * 2**30)] == [
-        "0 B", "512 B", "4.0 KiB", "1.5 MiB", "13.5 GiB"]
+        "0 bytes", "512 bytes", "4.0 KiB", "1.5 MiB", "13.5 GiB"]
 
 
 def test_a_wrapper_installed_over_torch_tensor_is_still_seen(monkeypatch):
