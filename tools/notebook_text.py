@@ -9,22 +9,28 @@ Authoring aid: the .ipynb stays the source of truth (commit only the .ipynb).
 
 The text format: an optional first line ``#! covers: ...`` (the README's one-line
 summary); then cells, each starting with ``# %%`` (code) or ``# %% [markdown]``,
-optionally followed by ``tags=tag1,tag2``. Markdown is written as is, not commented.
-Generated parts (badges and navigation cells, the Colab preamble of the setup cell)
-are left out of the text; tools/build_nav.py writes them back.
+optionally followed by ``id=CELL_ID`` and ``tags=tag1,tag2``. Markdown is written as is,
+not commented. Generated parts (badges and navigation cells, the Colab preamble of the setup
+cell) are left out of the text; tools/build_nav.py writes them back.
+
+Cell ids survive the round trip: a cell keeps the id its marker line names, a new cell (a
+marker without ``id=``) gets a fresh one, so anything keyed by cell id (review notes, a
+translation) follows a cell when cells are added or moved. Written into an existing notebook,
+each cell also keeps the rest of its metadata (a hidden source, a collapsed heading).
 """
 
 from __future__ import annotations
 
 import re
 import sys
+import uuid
 from pathlib import Path
 
 import nbformat
 
 from tools import build_nav
 
-CELL_LINE = re.compile(r"^# %%( \[markdown\])?(?: tags=(\S+))?\s*$")
+CELL_LINE = re.compile(r"^# %%( \[markdown\])?(?: id=(\S+))?(?: tags=(\S+))?\s*$")
 
 
 def to_text(path: Path) -> str:
@@ -39,6 +45,7 @@ def to_text(path: Path) -> str:
         if {build_nav.HEADER_TAG, build_nav.FOOTER_TAG} & set(tags):
             continue
         marker = "# %% [markdown]" if cell.cell_type == "markdown" else "# %%"
+        marker += f" id={cell.id}" if cell.get("id") else ""
         lines.append(marker + (f" tags={','.join(tags)}" if tags else ""))
         source = cell.source
         if build_nav.SETUP_TAG in tags and source.startswith(build_nav.colab_preamble()):
@@ -47,14 +54,23 @@ def to_text(path: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
-def from_text(text: str) -> nbformat.NotebookNode:
-    """Return a new notebook (no outputs) built from percent-format ``text``."""
+def from_text(text: str, previous: nbformat.NotebookNode | None = None) -> nbformat.NotebookNode:
+    """Return a notebook (no outputs) built from percent-format ``text``.
+
+    ``previous`` (the notebook being rewritten, if any) gives its notebook metadata and, for
+    each cell id the text keeps, that cell's metadata other than its tags.
+    """
     notebook = nbformat.v4.new_notebook()
     notebook.metadata = {
         "kernelspec": {"display_name": "Python 3 (ipykernel)", "language": "python",
                        "name": "python3"},
         "language_info": {"name": "python"},
     }
+    old = {}
+    if previous is not None:
+        notebook.metadata = dict(previous.metadata)
+        notebook.metadata.pop("lessons", None)
+        old = {c.get("id"): c for c in previous.cells}
     cells: list[dict] = []
     for line in text.splitlines():
         found = CELL_LINE.match(line)
@@ -62,18 +78,25 @@ def from_text(text: str) -> nbformat.NotebookNode:
             notebook.metadata["lessons"] = {"covers": line.removeprefix("#! covers: ").strip()}
         elif found:
             kind = "markdown" if found.group(1) else "code"
-            tags = found.group(2).split(",") if found.group(2) else []
-            cells.append({"kind": kind, "tags": tags, "lines": []})
+            tags = found.group(3).split(",") if found.group(3) else []
+            cells.append({"kind": kind, "id": found.group(2), "tags": tags, "lines": []})
         elif cells:
             cells[-1]["lines"].append(line)
         elif line.strip():
             raise ValueError(f"text before the first '# %%' line: {line!r}")
-    for number, cell in enumerate(cells):
+    ids = [cell["id"] for cell in cells if cell["id"]]
+    repeated = sorted({i for i in ids if ids.count(i) > 1})
+    if repeated:
+        raise ValueError(f"cell ids used twice: {repeated}; remove the id= of the copy")
+    for cell in cells:
         body = "\n".join(cell["lines"]).strip("\n")
+        cell_id = cell["id"] or uuid.uuid4().hex[:8]
         if cell["kind"] == "markdown":
-            new = nbformat.v4.new_markdown_cell(body, id=f"cell-{number:02d}")
+            new = nbformat.v4.new_markdown_cell(body, id=cell_id)
         else:
-            new = nbformat.v4.new_code_cell(body, id=f"cell-{number:02d}")
+            new = nbformat.v4.new_code_cell(body, id=cell_id)
+        if cell_id in old and old[cell_id].cell_type == new.cell_type:
+            new.metadata = {k: v for k, v in old[cell_id].metadata.items() if k != "tags"}
         if cell["tags"]:
             new.metadata["tags"] = cell["tags"]
         notebook.cells.append(new)
@@ -85,8 +108,10 @@ def main(argv: list[str]) -> int:
         sys.stdout.write(to_text(Path(argv[1])))
         return 0
     if len(argv) == 3 and argv[0] == "from-text":
-        notebook = from_text(Path(argv[1]).read_text(encoding="utf-8"))
-        Path(argv[2]).write_text(build_nav.serialize(notebook), encoding="utf-8")
+        target = Path(argv[2])
+        previous = nbformat.read(target, as_version=4) if target.exists() else None
+        notebook = from_text(Path(argv[1]).read_text(encoding="utf-8"), previous)
+        target.write_text(build_nav.serialize(notebook), encoding="utf-8")
         return 0
     print(__doc__, file=sys.stderr)
     return 2
