@@ -45,7 +45,21 @@ STAMPT := $(VENVT)/.installed
 COURSE ?= course
 
 
-.PHONY: lab test test-ipywidgets7 test-torch-next test-classroom teacher classroom install nav labs run-notebooks measure clean
+# `make help` lists the targets by who runs them; each target's `## ...` comment is its line.
+FOR_LEARNERS := lab workspace fresh test
+FOR_TEACHERS := teacher classroom test-classroom measure
+FOR_AUTHORS  := nav labs run-notebooks test-ipywidgets7 test-torch-next clean
+
+help:  ## This list
+	@for group in "Learners:$(FOR_LEARNERS)" "Teachers:$(FOR_TEACHERS)" "Authors:$(FOR_AUTHORS) help"; do \
+		echo "$${group%%:*}"; \
+		for target in $${group#*:}; do \
+			sed -n "s/^$$target:.*## \(.*\)/  make $$target|\1/p" $(firstword $(MAKEFILE_LIST)) \
+				| awk -F'|' '{printf "%-22s %s\n", $$1, $$2}'; \
+		done; \
+	done
+
+.PHONY: help lab test test-ipywidgets7 test-torch-next test-classroom teacher classroom install nav labs run-notebooks measure clean
 
 lab: $(STAMP) workspace  ## Copy what is new into my-work/ (never over your copies), start JupyterLab there
 	$(BIN)/jupyter lab --ServerApp.root_dir="$(CURDIR)" --port=$(PORT) \
@@ -127,5 +141,5 @@ run-notebooks: $(STAMP)  ## Re-execute notebooks in place (all, or NB=notebooks/
 measure: $(STAMP)  ## Run All wall time and kernel peak RSS for each notebook
 	$(BIN)/python -m tools.measure_notebooks
 
-clean:
+clean:  ## Remove the environments and build caches (.venv, .venv-ipyw7, .venv-teacher, ...)
 	rm -rf $(VENV) $(VENV7) $(VENVN) $(VENVT) build *.egg-info .pytest_cache .ruff_cache

@@ -197,7 +197,7 @@ JUPYTERLAB_COLLAPSED = "jp-MarkdownHeadingCollapsed"
 def collapse_optional_parts(notebook: nbformat.NotebookNode, cells: list) -> list[str]:
     """Fold, by default, the parts of ``cells`` a first read skips; return the folded headings' ids.
 
-    The parts are the ones tools/reading_time.py leaves out of the main flow (issue 16):
+    The parts are the ones tools/reading_time.py leaves out of the main flow:
     a heading that starts "Going deeper" or "On a CPU-only machine" opens folded in JupyterLab
     (``jp-MarkdownHeadingCollapsed``, which hides the cells up to the next heading of the same
     or a higher level) and in Colab (the notebook's ``colab.collapsed_sections`` lists the

@@ -31,7 +31,7 @@ Why these constants: 150 words a minute is a careful pace for technical prose re
 (everyday reading runs at 200-250); a few seconds a line is enough to read a short line of
 code, see what it does and run it; an output is glanced at and checked against the prose, a
 figure looked at for longer; a quiz asks the reader to stop and think. Checked against the one
-measurement we have (issue 16): a newcomer read the README and notebooks 00-06 in about 3.5
+measurement we have: a newcomer read the README and notebooks 00-06 in about 3.5
 hours, 04 in 45 minutes. With these constants 00-06 as they were then add up to 201 minutes
 (3.4 hours; the README is not counted) and 04 to 36 minutes: the estimate counts what there is
 to read, not how hard it is, and that reader rated 04's clarity 2 out of 5.

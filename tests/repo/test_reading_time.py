@@ -7,7 +7,7 @@ import pytest
 from tools import build_nav, lessons, reading_time
 from tools.reading_time import Tally, estimate_cells
 
-# Issue 16: a first read (main flow) of every notebook takes at most 30 minutes. A notebook
+# A first read (main flow) of every notebook takes at most 30 minutes. A notebook
 # listed here is allowed over it, and asserted to be still over, so the change that brings it
 # under must also remove it here. Every notebook is under today: keep it empty.
 KNOWN_OVER_LIMIT: set[str] = set()
@@ -184,7 +184,7 @@ def test_no_notebooks_main_flow_takes_over_30_minutes():
     new = {name: text for name, text in _over_limit().items() if name not in KNOWN_OVER_LIMIT}
     assert not new, (
         f"main flow over {reading_time.MAIN_FLOW_LIMIT_MINUTES} minutes (main / all): {new}; "
-        "move depth into 'Going deeper' or 'On a CPU-only machine' parts (issue 16), "
+        "move depth into 'Going deeper' or 'On a CPU-only machine' parts, "
         "see `python -m tools.reading_time`"
     )
 

@@ -1,4 +1,4 @@
-"""Benchmark the targets of notebook 07's helpers (issue 11). Not a test: timings vary.
+"""Benchmark the targets of notebook 07's helpers. Not a test: timings vary.
 
     python -m tools.bench.bench_07
 

@@ -1,4 +1,4 @@
-"""Benchmark notebook 08's targets (issue: "when one device is not enough"). Not a test.
+"""Benchmark notebook 08's targets. Not a test.
 
     python -m tools.bench.bench_08            # everything
     python -m tools.bench.bench_08 inspect    # only: inspect vs load of a 256 MiB DCP checkpoint

@@ -3,7 +3,7 @@
 Writes a checkpoint of about 1 GB (--gigabytes) to a temporary folder, then times
 ``torch.load(path, map_location='cpu')`` against ``utils.inspect_checkpoint(path)``
 (best of --repeats each, file in the page cache for both), prints the ratio and deletes
-the file. The goal (issue 4): at least 50x, because inspecting maps the tensor bytes
+the file. The goal: at least 50x, because inspecting maps the tensor bytes
 instead of reading them. Not part of `make test` (it needs 2 GB of memory and disk).
 
     python -m tools.bench.bench_inspect [--gigabytes 1.0] [--repeats 3] [--folder DIR]

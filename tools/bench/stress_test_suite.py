@@ -3,7 +3,7 @@
     python -m tools.bench.stress_test_suite [--quiet-runs 5] [--loaded-runs 3] [--rev HEAD]
                                       [--fresh-venvs] [--keep]
 
-Proves the suite does not flake (issue "The test suite never flakes"). Each run:
+Proves the suite does not flake. Each run:
 
 1. clones this repository at ``--rev`` into a new temporary folder (a fresh clone: nothing
    git ignores comes along: no .venv, no caches, no screenshots);

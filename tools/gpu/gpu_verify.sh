@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Run the whole collection on a CUDA machine and keep what it showed (issue 13).
+# Run the whole collection on a CUDA machine and keep what it showed.
 #
 # Meant for the device tool's GPU machine, from the repository root, with the wheels of
 # nbval, nbclient, ipykernel, ipywidgets and their needs in .whl/ (docs/gpu-verification.md):
