@@ -28,7 +28,6 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch.nn.modules.utils import consume_prefix_in_state_dict_if_present
 
-from utils import pickle_scan
 from utils.errors import CheckpointError, UnsafeCheckpointError
 from utils.text import (
     first_sentence,
@@ -74,7 +73,7 @@ class CheckpointInfo:
     file_bytes: int
     entries: list[TensorEntry] = field(default_factory=list)
     #: Set when weights_only=True refused the file: what its pickle asks for. The entries
-    #: were then read from the pickle's opcodes (utils.pickle_scan), nothing loaded or run.
+    #: were then read with harmless stand-ins for what it names, nothing of it run.
     needs: list[str] = field(default_factory=list)
 
     @property
@@ -97,7 +96,7 @@ class CheckpointInfo:
         """One line: name, format, size, tensor count, storage bytes and location tags."""
         tags = ", ".join(sorted(self.locations)) or "none"
         refused = (f" (refused by weights_only=True: it needs {', '.join(self.needs)}; "
-                   "read from its opcodes, nothing run)" if self.needs else "")
+                   "nothing of it run)" if self.needs else "")
         return (
             f"{self.name}: {self.format} format, {format_bytes(self.file_bytes)}, "
             f"{len(self.entries)} tensor(s) in {format_bytes(self.storage_bytes)} of storage, "
@@ -211,11 +210,29 @@ def _unsafe_globals(path: Path, fmt: str, message: str) -> list[str]:
     return sorted(set(re.findall(r"GLOBAL ([\w.]+)", message)))
 
 
+#: nn.Module state levels that state_dict keys leave out (``_parameters/weight`` -> ``weight``).
+_MODULE_LEVELS = frozenset({"_parameters", "_buffers", "_modules"})
+
+
 def _walk(obj: Any, key: str, seen: set[int], found: list[tuple[str, torch.Tensor]]) -> None:
     if isinstance(obj, torch.Tensor):
         found.append((key, obj))
         return
     if id(obj) in seen:
+        return
+    if isinstance(obj, _StandIn):  # what a refused file built: look inside its state
+        seen.add(id(obj))
+        state = getattr(obj, "_state", None)
+        if isinstance(state, Mapping):
+            for name, value in state.items():
+                if name in _MODULE_LEVELS:
+                    _walk(value, key, seen, found)
+                elif not str(name).startswith("_"):
+                    part = repr(name) if "/" in str(name) else str(name)
+                    _walk(value, f"{key}/{part}" if key else part, seen, found)
+        elif state is not None:
+            _walk(state, key, seen, found)
+        _walk(getattr(obj, "_args", ()), key, seen, found)
         return
     if isinstance(obj, Mapping):
         seen.add(id(obj))
@@ -246,8 +263,8 @@ def inspect_checkpoint(path: str | os.PathLike) -> CheckpointInfo | DcpInfo:
     truncated, not a checkpoint) and UnsafeCheckpointError (the pickle needs code to
     load), each saying what was found. A refused file is still not loaded, but the
     error's ``.needs`` lists what it asks for and its ``.info`` lists its tensors and
-    location tags, read from the pickle's opcodes without running anything
-    (:mod:`utils.pickle_scan`). Introduced in 05_save_load_scenarios.
+    location tags, read by the same safe loader with harmless stand-ins for what the file
+    names, so nothing of the file runs. Introduced in 05_save_load_scenarios.
 
     A folder written by ``torch.distributed.checkpoint`` (DCP) is read by
     :func:`utils.dcp.inspect_dcp` instead, from its ``.metadata`` alone (notebook 08).
@@ -296,8 +313,8 @@ def inspect_checkpoint(path: str | os.PathLike) -> CheckpointInfo | DcpInfo:
             "file yourself, save a state_dict instead; if you trust the objects, allowlist "
             "them with torch.serialization.safe_globals([...]). weights_only=False runs "
             "any code in the file: only for files you trust.",
-            # what it holds and where it was saved, read from its opcodes (nothing run)
-            needs=found, info=_info_from_opcodes(path, fmt, found),
+            # what it holds and where it was saved, read without running any of it
+            needs=found, info=_refused_contents(path, fmt, found),
         ) from None
     except RuntimeError as error:
         if "TorchScript" in str(error):
@@ -318,6 +335,64 @@ def inspect_checkpoint(path: str | os.PathLike) -> CheckpointInfo | DcpInfo:
 
     found: list[tuple[str, torch.Tensor]] = []
     _walk(loaded, "", set(), found)
+    return CheckpointInfo(name=name, format=fmt, file_bytes=path.stat().st_size,
+                          entries=_entries(found, tags))
+
+
+class _StandIn:
+    """Stands in for a class or function a refused pickle names: accepts anything, runs nothing.
+
+    Built when the pickle calls or instantiates what it names; keeps the arguments and state
+    it was given, so the tensors inside them can still be listed.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._args = args
+
+    def __setstate__(self, state: Any) -> None:
+        self._state = state
+
+
+def _stand_in(name: str) -> tuple[type, str]:
+    module, _, short = name.rpartition(".")
+    return type(short, (_StandIn,), {"__module__": module}), name
+
+
+def _refused_contents(path: Path, fmt: str, needs: list[str]) -> CheckpointInfo | None:
+    """The tensors and tags of a refused file, or None when they cannot be read.
+
+    PyTorch's own safe loader (``weights_only=True``) reads it, with every class or function
+    the file names allowlisted as a harmless :class:`_StandIn` (found one refusal at a time,
+    for a legacy file), so none of the file's code is imported or run.
+    """
+    tags: dict[int, str] = {}
+
+    def record(storage: torch.UntypedStorage, location: str) -> torch.UntypedStorage:
+        tags[storage._cdata] = location
+        return storage
+
+    named = list(needs)
+    for _ in range(64):
+        try:
+            with torch.serialization.safe_globals([_stand_in(n) for n in named]):
+                loaded = torch.load(path, map_location=record, weights_only=True)
+            break
+        except pickle.UnpicklingError as error:
+            more = set(re.findall(r"GLOBAL ([\w.]+)", strip_ansi(str(error)))) - set(named)
+            if not more:
+                return None
+            named += sorted(more)
+        except Exception:  # noqa: BLE001 - a damaged file: no contents to show
+            return None
+    else:
+        return None
+    found: list[tuple[str, torch.Tensor]] = []
+    _walk(loaded, "", set(), found)
+    return CheckpointInfo(name=path.name, format=fmt, file_bytes=path.stat().st_size,
+                          entries=_entries(found, tags), needs=list(needs))
+
+
+def _entries(found: list[tuple[str, torch.Tensor]], tags: dict[int, str]) -> list[TensorEntry]:
     seen: set[int] = set()
     entries = []
     for key, tensor in found:
@@ -331,21 +406,7 @@ def inspect_checkpoint(path: str | os.PathLike) -> CheckpointInfo | DcpInfo:
             storage_bytes=storage_bytes,
             shared=shared,
         ))
-    return CheckpointInfo(name=name, format=fmt, file_bytes=path.stat().st_size,
-                          entries=entries)
-
-
-def _info_from_opcodes(path: Path, fmt: str, needs: list[str]) -> CheckpointInfo | None:
-    """The tensors and tags of a refused file, read from its pickle opcodes (nothing run)."""
-    try:
-        found = pickle_scan.scan(path, fmt)
-    except (pickle_scan.PickleScanError, OSError, zipfile.BadZipFile, StopIteration):
-        return None
-    entries = [TensorEntry(key=f.key, shape=f.shape, dtype=f.dtype, location=f.location,
-                           nbytes=f.nbytes, storage_bytes=f.storage_bytes, shared=f.shared)
-               for f in found]
-    return CheckpointInfo(name=path.name, format=fmt, file_bytes=path.stat().st_size,
-                          entries=entries, needs=list(needs))
+    return entries
 
 
 def _where(tensor: torch.Tensor, tags: dict[int, str],

@@ -268,7 +268,7 @@ def _refused(path) -> utils.UnsafeCheckpointError:
     return caught.value
 
 
-def test_a_refused_whole_model_still_shows_its_tensors_and_tags_from_the_opcodes(folder):
+def test_a_refused_whole_model_still_shows_its_tensors_and_tags(folder):
     model = nn.Sequential(nn.Linear(3, 2), nn.BatchNorm1d(2))
     torch.save(model, "whole.pt")
     error = _refused("whole.pt")
@@ -314,7 +314,7 @@ def test_a_refused_numpy_scalar_still_shows_the_tensors_around_it(folder):
         "weight", (4,), torch.float16, 8)
 
 
-def test_opcodes_show_views_shared_storages_and_meta_tensors(folder):
+def test_a_refused_file_shows_views_shared_storages_and_meta_tensors(folder):
     import argparse
     base = torch.zeros(10)
     torch.save(argparse.Namespace(a=base[:2], b=base[5:], m=torch.empty(3, device="meta")),
@@ -326,24 +326,36 @@ def test_opcodes_show_views_shared_storages_and_meta_tensors(folder):
 
 
 @pytest.mark.parametrize("payload", HOSTILE, ids=HOSTILE_IDS)
-def test_reading_the_opcodes_of_a_hostile_file_runs_nothing(folder, payload):
+def test_reading_the_contents_of_a_hostile_file_runs_nothing(folder, payload):
     torch.save({"weight": torch.ones(2), "surprise": payload}, "evil.pt")
     error = _refused("evil.pt")
     assert not os.path.exists(MARKER)
-    assert [e.key for e in error.info.entries] == ["weight"]
+    if any(n.startswith(("posix.", "nt.", "os.")) for n in error.needs):
+        assert error.info is None  # PyTorch's loader blocks these modules even as stand-ins
+    else:
+        assert [e.key for e in error.info.entries] == ["weight"]
 
 
-@pytest.mark.parametrize("protocol", [2, 3, 4, 5])
-def test_the_opcode_reader_follows_every_pickle_protocol(folder, protocol):
-    from utils import pickle_scan
+@pytest.mark.parametrize("protocol", [2, 3])
+def test_a_refused_file_shows_its_tensors_in_the_protocols_the_safe_loader_reads(folder,
+                                                                                 protocol):
     model = nn.Linear(3, 2)
     torch.save({"model": model}, "whole.pt", pickle_protocol=protocol)
-    found = pickle_scan.scan("whole.pt", "zip")
-    assert [(f.key, f.shape, f.dtype, f.location) for f in found] == [
+    info = _refused("whole.pt").info
+    assert [(e.key, e.shape, e.dtype, e.location) for e in info.entries] == [
         ("model/weight", (2, 3), torch.float32, "cpu"), ("model/bias", (2,), torch.float32, "cpu")]
 
 
-def test_opcodes_that_cannot_be_followed_still_refuse_with_no_info(folder):
+@pytest.mark.parametrize("protocol", [4, 5])
+def test_a_whole_model_in_a_protocol_the_safe_loader_cannot_read_is_refused_as_unreadable(
+        folder, protocol):
+    """PyTorch's safe loader stops at protocol 4's FRAME opcode, before any global."""
+    torch.save({"model": nn.Linear(3, 2)}, "whole.pt", pickle_protocol=protocol)
+    with pytest.raises(utils.CheckpointError, match="pickle operations the safe loader refuses"):
+        utils.inspect_checkpoint("whole.pt")
+
+
+def test_a_damaged_refused_file_still_refuses_with_no_info(folder):
     torch.save({"w": torch.ones(1)}, "crafted.pt")
     with zipfile.ZipFile("crafted.pt") as archive:
         records = {name: archive.read(name) for name in archive.namelist()}
