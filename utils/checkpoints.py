@@ -40,6 +40,103 @@ from utils.text import (
 if TYPE_CHECKING:
     from utils.dcp import DcpInfo
 
+
+def inspect_checkpoint(path: str | os.PathLike) -> CheckpointInfo | DcpInfo:
+    """Return what the checkpoint at ``path`` holds, without loading its data.
+
+    For each tensor: its key path (``model/fc.weight``, levels joined by ``/``; a key
+    that itself holds a ``/`` is quoted, ``'a/b'``), shape, storage size,
+    dtype and the location tag it was saved with (``cpu``, ``cuda:0``, ``mps``...).
+    ``.locations`` is the set of tags, ``.entries`` the rows; the result renders as a
+    table in a notebook.
+
+    It is ``torch.load`` with ``weights_only=True`` (PyTorch's safe unpickler: no
+    pickled code ever runs), ``mmap=True`` (zip files: tensor bytes are mapped, never
+    read, so the cost does not grow with the data) and a ``map_location`` callable that
+    notes each storage's tag and hands the storage back unchanged (so a ``cuda:0`` file
+    inspects fine on a CPU-only machine). Legacy-format files cannot be mapped: their
+    bytes are read. Raises FileNotFoundError / IsADirectoryError, CheckpointError (empty,
+    truncated, not a checkpoint) and UnsafeCheckpointError (the pickle needs code to
+    load), each saying what was found. A refused file is still not loaded, but the
+    error's ``.needs`` lists what it asks for and its ``.info`` lists its tensors and
+    location tags, read by the same safe loader with harmless stand-ins for what the file
+    names, so nothing of the file runs. Introduced in 05_save_load_scenarios.
+
+    A folder written by ``torch.distributed.checkpoint`` (DCP) is read by
+    :func:`utils.dcp.inspect_dcp` instead, from its ``.metadata`` alone (notebook 08).
+    """
+    path = Path(path)
+    if path.is_dir() and any(p.name == ".metadata" or p.suffix == ".distcp"
+                             for p in path.iterdir()):
+        from utils.dcp import inspect_dcp  # a torch.distributed.checkpoint folder (08)
+
+        return inspect_dcp(path)
+    fmt = _sniff(path)
+    name = path.name
+    tags: dict[int, str] = {}
+
+    def record(storage: torch.UntypedStorage, location: str) -> torch.UntypedStorage:
+        tags[storage._cdata] = location
+        return storage
+
+    try:
+        with warnings.catch_warnings():  # loading sparse tensors warns about invariant checks
+            warnings.filterwarnings("ignore", message="Sparse invariant checks")
+            loaded = torch.load(path, map_location=record, weights_only=True,
+                                mmap=fmt == "zip")
+    except pickle.UnpicklingError as error:
+        message = strip_ansi(str(error))
+        found = _unsafe_globals(path, fmt, message)
+        operand = re.search(r"Unsupported operand (\d+)", message)
+        if not found and operand and _head_protocol(path) > 2:
+            raise CheckpointError(
+                f"{name!r} is a {fmt}-format torch.save checkpoint written with pickle "
+                f"protocol {_head_protocol(path)}, whose opcodes (here {operand.group(1)}) "
+                "PyTorch's safe loader (weights_only=True) does not support. Re-save it with "
+                "the default protocol, or, only if you trust where it came from, load it "
+                "with weights_only=False."
+            ) from None
+        if not found and "blocked" not in message:
+            raise CheckpointError(
+                f"{name!r} could not be unpickled: the file is damaged or truncated, or uses "
+                f"pickle operations the safe loader refuses. "
+                f"(PyTorch said: {first_sentence(message)})"
+            ) from None
+        found = found or ["a blocked module"]
+        raise UnsafeCheckpointError(
+            f"{name!r} was refused: its pickle asks for {', '.join(found)}, which "
+            "weights_only=True will not run. Nothing in it was executed. If you made this "
+            "file yourself, save a state_dict instead; if you trust the objects, allowlist "
+            "them with torch.serialization.safe_globals([...]). weights_only=False runs "
+            "any code in the file: only for files you trust.",
+            # what it holds and where it was saved, read without running any of it
+            needs=found, info=_refused_contents(path, fmt, found),
+        ) from None
+    except RuntimeError as error:
+        if "TorchScript" in str(error):
+            raise CheckpointError(
+                f"{name!r} is a TorchScript archive (torch.jit.save), not a torch.save "
+                "checkpoint. torch.jit.load reads it, and runs its code."
+            ) from None
+        problem = _zip_problem(path) if fmt == "zip" else None
+        said = "" if problem else f" (PyTorch said: {first_sentence(str(error))})"
+        raise CheckpointError(
+            f"{name!r} cannot be read: {problem or 'it is damaged or truncated'}.{said}"
+        ) from None
+    except (EOFError, KeyError, ValueError, IndexError, TypeError, OSError) as error:
+        raise CheckpointError(
+            f"{name!r} cannot be read: it is damaged or truncated ({fmt} format; "
+            f"{type(error).__name__}: {error}). Save or download it again."
+        ) from None
+
+    found: list[tuple[str, torch.Tensor]] = []
+    _walk(loaded, "", set(), found)
+    return CheckpointInfo(name=name, format=fmt, file_bytes=path.stat().st_size,
+                          entries=_entries(found, tags))
+
+
+# --- how inspect_checkpoint reads a file, and the other helpers -------------------------------
+
 #: How every legacy (pre-1.6, ``_use_new_zipfile_serialization=False``) checkpoint starts:
 #: pickle protocol 2, then the long integer 0x1950a86a20f9469cfc6c (torch's magic number).
 LEGACY_MAGIC = b"\x80\x02\x8a\x0a" + (0x1950A86A20F9469CFC6C).to_bytes(10, "little")
@@ -243,100 +340,6 @@ def _walk(obj: Any, key: str, seen: set[int], found: list[tuple[str, torch.Tenso
         seen.add(id(obj))
         for index, value in enumerate(obj):
             _walk(value, f"{key}/{index}" if key else str(index), seen, found)
-
-
-def inspect_checkpoint(path: str | os.PathLike) -> CheckpointInfo | DcpInfo:
-    """Return what the checkpoint at ``path`` holds, without loading its data.
-
-    For each tensor: its key path (``model/fc.weight``, levels joined by ``/``; a key
-    that itself holds a ``/`` is quoted, ``'a/b'``), shape, storage size,
-    dtype and the location tag it was saved with (``cpu``, ``cuda:0``, ``mps``...).
-    ``.locations`` is the set of tags, ``.entries`` the rows; the result renders as a
-    table in a notebook.
-
-    It is ``torch.load`` with ``weights_only=True`` (PyTorch's safe unpickler: no
-    pickled code ever runs), ``mmap=True`` (zip files: tensor bytes are mapped, never
-    read, so the cost does not grow with the data) and a ``map_location`` callable that
-    notes each storage's tag and hands the storage back unchanged (so a ``cuda:0`` file
-    inspects fine on a CPU-only machine). Legacy-format files cannot be mapped: their
-    bytes are read. Raises FileNotFoundError / IsADirectoryError, CheckpointError (empty,
-    truncated, not a checkpoint) and UnsafeCheckpointError (the pickle needs code to
-    load), each saying what was found. A refused file is still not loaded, but the
-    error's ``.needs`` lists what it asks for and its ``.info`` lists its tensors and
-    location tags, read by the same safe loader with harmless stand-ins for what the file
-    names, so nothing of the file runs. Introduced in 05_save_load_scenarios.
-
-    A folder written by ``torch.distributed.checkpoint`` (DCP) is read by
-    :func:`utils.dcp.inspect_dcp` instead, from its ``.metadata`` alone (notebook 08).
-    """
-    path = Path(path)
-    if path.is_dir() and any(p.name == ".metadata" or p.suffix == ".distcp"
-                             for p in path.iterdir()):
-        from utils.dcp import inspect_dcp  # a torch.distributed.checkpoint folder (08)
-
-        return inspect_dcp(path)
-    fmt = _sniff(path)
-    name = path.name
-    tags: dict[int, str] = {}
-
-    def record(storage: torch.UntypedStorage, location: str) -> torch.UntypedStorage:
-        tags[storage._cdata] = location
-        return storage
-
-    try:
-        with warnings.catch_warnings():  # loading sparse tensors warns about invariant checks
-            warnings.filterwarnings("ignore", message="Sparse invariant checks")
-            loaded = torch.load(path, map_location=record, weights_only=True,
-                                mmap=fmt == "zip")
-    except pickle.UnpicklingError as error:
-        message = strip_ansi(str(error))
-        found = _unsafe_globals(path, fmt, message)
-        operand = re.search(r"Unsupported operand (\d+)", message)
-        if not found and operand and _head_protocol(path) > 2:
-            raise CheckpointError(
-                f"{name!r} is a {fmt}-format torch.save checkpoint written with pickle "
-                f"protocol {_head_protocol(path)}, whose opcodes (here {operand.group(1)}) "
-                "PyTorch's safe loader (weights_only=True) does not support. Re-save it with "
-                "the default protocol, or, only if you trust where it came from, load it "
-                "with weights_only=False."
-            ) from None
-        if not found and "blocked" not in message:
-            raise CheckpointError(
-                f"{name!r} could not be unpickled: the file is damaged or truncated, or uses "
-                f"pickle operations the safe loader refuses. "
-                f"(PyTorch said: {first_sentence(message)})"
-            ) from None
-        found = found or ["a blocked module"]
-        raise UnsafeCheckpointError(
-            f"{name!r} was refused: its pickle asks for {', '.join(found)}, which "
-            "weights_only=True will not run. Nothing in it was executed. If you made this "
-            "file yourself, save a state_dict instead; if you trust the objects, allowlist "
-            "them with torch.serialization.safe_globals([...]). weights_only=False runs "
-            "any code in the file: only for files you trust.",
-            # what it holds and where it was saved, read without running any of it
-            needs=found, info=_refused_contents(path, fmt, found),
-        ) from None
-    except RuntimeError as error:
-        if "TorchScript" in str(error):
-            raise CheckpointError(
-                f"{name!r} is a TorchScript archive (torch.jit.save), not a torch.save "
-                "checkpoint. torch.jit.load reads it, and runs its code."
-            ) from None
-        problem = _zip_problem(path) if fmt == "zip" else None
-        said = "" if problem else f" (PyTorch said: {first_sentence(str(error))})"
-        raise CheckpointError(
-            f"{name!r} cannot be read: {problem or 'it is damaged or truncated'}.{said}"
-        ) from None
-    except (EOFError, KeyError, ValueError, IndexError, TypeError, OSError) as error:
-        raise CheckpointError(
-            f"{name!r} cannot be read: it is damaged or truncated ({fmt} format; "
-            f"{type(error).__name__}: {error}). Save or download it again."
-        ) from None
-
-    found: list[tuple[str, torch.Tensor]] = []
-    _walk(loaded, "", set(), found)
-    return CheckpointInfo(name=name, format=fmt, file_bytes=path.stat().st_size,
-                          entries=_entries(found, tags))
 
 
 class _StandIn:

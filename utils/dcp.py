@@ -28,6 +28,58 @@ import torch
 from utils.errors import CheckpointError, UnsafeCheckpointError
 from utils.text import format_bytes, table_html, table_text
 
+
+def inspect_dcp(folder: str | os.PathLike) -> DcpInfo:
+    """Return what the DCP checkpoint in ``folder`` holds, reading only its ``.metadata``.
+
+    For each entry: its key (``model.0.weight``, DCP's flattened name), full shape and
+    dtype, and the chunks that make it up: offsets, sizes, and the file (so the rank)
+    that holds each. Non-tensor items (an epoch number, optimizer hyperparameters) are
+    listed with no shape. ``.files`` gives each data file's size. No tensor data is read,
+    no process group is needed, and no pickled code runs. Raises FileNotFoundError
+    (no folder, or no ``.metadata`` in it), CheckpointError (damaged) and
+    UnsafeCheckpointError (a ``.metadata`` asking for other code). Introduced in
+    08_many_devices.
+    """
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"No DCP checkpoint folder at {str(folder)!r}.")
+    if not (folder / METADATA_FILE).is_file():
+        found = sorted(p.name for p in folder.iterdir())[:10]
+        raise FileNotFoundError(
+            f"{str(folder)!r} has no {METADATA_FILE} file, so it is not a finished DCP "
+            f"checkpoint (it holds: {', '.join(found) or 'nothing'}). dcp.save writes "
+            f"{METADATA_FILE} last: a folder without it is an interrupted save."
+        )
+    metadata = _read_metadata(folder)
+    state = getattr(metadata, "state_dict_metadata", None)
+    storage = getattr(metadata, "storage_data", None) or {}
+    if not isinstance(state, dict):
+        raise CheckpointError(f"'{folder.name}/{METADATA_FILE}' holds no DCP metadata "
+                              f"(found {type(metadata).__name__}).")
+    files_of: dict[tuple[str, tuple[int, ...]], str] = {}
+    for index, info in storage.items():
+        offset = tuple(index.offset) if getattr(index, "offset", None) is not None else ()
+        files_of[(index.fqn, offset)] = str(getattr(info, "relative_path", "?"))
+    entries = []
+    for key, meta in state.items():
+        if hasattr(meta, "chunks"):  # a tensor
+            chunks = tuple(
+                Chunk(tuple(c.offsets), tuple(c.sizes), file, _rank_of(file))
+                for c in meta.chunks
+                for file in [files_of.get((key, tuple(c.offsets)), "?")]
+            )
+            entries.append(DcpEntry(key, tuple(meta.size), meta.properties.dtype, chunks))
+        else:  # bytes: a pickled non-tensor item
+            file = next((f for (fqn, _), f in files_of.items() if fqn == key), "?")
+            entries.append(DcpEntry(key, None, None, (Chunk((), (), file, _rank_of(file)),)))
+    files = {p.name: p.stat().st_size for p in sorted(folder.iterdir())
+             if _DATA_FILE.match(p.name) or p.suffix == ".distcp"}
+    return DcpInfo(name=folder.name, files=files, entries=entries)
+
+
+# --- what inspect_dcp is built on, and the other helpers --------------------------------------
+
 METADATA_FILE = ".metadata"
 _DATA_FILE = re.compile(r"^__(\d+)_(\d+)\.distcp$")
 _SAFE_MODULES = {
@@ -181,55 +233,6 @@ def _read_metadata(folder: Path) -> Any:
     except (EOFError, AttributeError, ValueError, TypeError, IndexError) as error:
         raise CheckpointError(f"{where!r} cannot be read: it is damaged or truncated "
                               f"({type(error).__name__}: {error}). Save again.") from None
-
-
-def inspect_dcp(folder: str | os.PathLike) -> DcpInfo:
-    """Return what the DCP checkpoint in ``folder`` holds, reading only its ``.metadata``.
-
-    For each entry: its key (``model.0.weight``, DCP's flattened name), full shape and
-    dtype, and the chunks that make it up: offsets, sizes, and the file (so the rank)
-    that holds each. Non-tensor items (an epoch number, optimizer hyperparameters) are
-    listed with no shape. ``.files`` gives each data file's size. No tensor data is read,
-    no process group is needed, and no pickled code runs. Raises FileNotFoundError
-    (no folder, or no ``.metadata`` in it), CheckpointError (damaged) and
-    UnsafeCheckpointError (a ``.metadata`` asking for other code). Introduced in
-    08_many_devices.
-    """
-    folder = Path(folder)
-    if not folder.is_dir():
-        raise FileNotFoundError(f"No DCP checkpoint folder at {str(folder)!r}.")
-    if not (folder / METADATA_FILE).is_file():
-        found = sorted(p.name for p in folder.iterdir())[:10]
-        raise FileNotFoundError(
-            f"{str(folder)!r} has no {METADATA_FILE} file, so it is not a finished DCP "
-            f"checkpoint (it holds: {', '.join(found) or 'nothing'}). dcp.save writes "
-            f"{METADATA_FILE} last: a folder without it is an interrupted save."
-        )
-    metadata = _read_metadata(folder)
-    state = getattr(metadata, "state_dict_metadata", None)
-    storage = getattr(metadata, "storage_data", None) or {}
-    if not isinstance(state, dict):
-        raise CheckpointError(f"'{folder.name}/{METADATA_FILE}' holds no DCP metadata "
-                              f"(found {type(metadata).__name__}).")
-    files_of: dict[tuple[str, tuple[int, ...]], str] = {}
-    for index, info in storage.items():
-        offset = tuple(index.offset) if getattr(index, "offset", None) is not None else ()
-        files_of[(index.fqn, offset)] = str(getattr(info, "relative_path", "?"))
-    entries = []
-    for key, meta in state.items():
-        if hasattr(meta, "chunks"):  # a tensor
-            chunks = tuple(
-                Chunk(tuple(c.offsets), tuple(c.sizes), file, _rank_of(file))
-                for c in meta.chunks
-                for file in [files_of.get((key, tuple(c.offsets)), "?")]
-            )
-            entries.append(DcpEntry(key, tuple(meta.size), meta.properties.dtype, chunks))
-        else:  # bytes: a pickled non-tensor item
-            file = next((f for (fqn, _), f in files_of.items() if fqn == key), "?")
-            entries.append(DcpEntry(key, None, None, (Chunk((), (), file, _rank_of(file)),)))
-    files = {p.name: p.stat().st_size for p in sorted(folder.iterdir())
-             if _DATA_FILE.match(p.name) or p.suffix == ".distcp"}
-    return DcpInfo(name=folder.name, files=files, entries=entries)
 
 
 # --- save to a new folder, then switch ---------------------------------------------------

@@ -37,6 +37,87 @@ from typing import NamedTuple
 
 import torch
 
+
+def torchrun(script: str | os.PathLike, nproc: int = 2, args: Sequence[str] = (),
+             timeout_s: float = 120.0, show_stderr: bool = False,
+             quiet: bool = False) -> dict[int, str]:
+    """Run ``torchrun --standalone --nproc_per_node=nproc script args``; return each rank's output.
+
+    It is the real launcher, ``python -m torch.distributed.run`` from this Python (the
+    same as the ``torchrun`` command), with a free port chosen by its standalone
+    rendezvous. Each rank's stdout is printed under ``[rank N]``, rank 0 first, once all
+    have finished (so the output does not depend on which process printed first);
+    ``show_stderr`` prints their stderr too. Returns ``{rank: stdout}``.
+
+    A rank that fails raises :class:`WorkerFailed` showing that rank's traceback; a launch
+    still running after ``timeout_s`` seconds is killed, workers included, and raises
+    TimeoutError naming the ranks that had not finished. Introduced in 08_many_devices.
+    """
+    script = Path(script)
+    if not script.is_file():
+        raise FileNotFoundError(f"No worker script at {str(script)!r}: write it first "
+                                "(%%writefile in a notebook).")
+    command = ["torchrun", "--standalone", f"--nproc_per_node={nproc}", str(script), *args]
+    if not quiet:
+        print("$ " + shlex.join(command), flush=True)
+    environment = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+                   "PYTHONUNBUFFERED": "1"}
+    with tempfile.TemporaryDirectory(prefix="torchrun-logs-") as log_dir:
+        launcher = [sys.executable, "-m", "torch.distributed.run", "--redirects", "3",
+                    "--log-dir", log_dir, *command[1:]]
+        process = subprocess.Popen(launcher, env=environment, stdout=subprocess.PIPE,
+                                   stderr=subprocess.STDOUT, text=True)
+        try:
+            launcher_output, _ = process.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            _stop(process)
+            launcher_output = process.stdout.read() if process.stdout else ""
+            logs = _rank_logs(Path(log_dir))
+            _print_ranks(logs, show_stderr=True)
+            raise TimeoutError(
+                f"{script.name} was still running after {timeout_s:g} s, so it was stopped "
+                f"(torchrun and its {nproc} workers killed; what each rank printed is above). "
+                "A collective that some rank never reaches (a barrier or all_reduce inside "
+                "`if rank == 0:`) waits forever: make every rank call the same collectives "
+                "in the same order."
+            ) from None
+        logs = _rank_logs(Path(log_dir))
+        if process.returncode != 0:
+            _print_ranks(logs, show_stderr=False)
+            raise WorkerFailed(_failure(script.name, logs, launcher_output, process.returncode))
+        if not quiet:
+            _print_ranks(logs, show_stderr=show_stderr)
+    return {rank: out for rank, (out, _err) in sorted(logs.items())}
+
+
+@contextlib.contextmanager
+def process_group(timeout_s: float = 60.0) -> Iterator[Worker]:
+    """Join the job torchrun started; yield a :class:`Worker`; always leave it cleanly.
+
+    Picks the backend and device with :func:`backend_and_device` (``set_device`` first
+    on GPUs), calls ``init_process_group`` with a ``timeout_s`` so that a collective one
+    rank never reaches fails instead of hanging forever; at the end of the block every
+    rank meets at a barrier, so none tears down while another is still communicating,
+    and ``destroy_process_group`` runs on the way out, error or not. Raises RuntimeError, saying
+    how to launch it, when the torchrun variables are missing. Introduced in 08_many_devices.
+    """
+    import torch.distributed as dist
+
+    _launched_by_torchrun()
+    local_rank = int(os.environ["LOCAL_RANK"])
+    backend, device = backend_and_device(local_rank)
+    options = {"device_id": device} if device.type == "cuda" else {}
+    dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s), **options)
+    try:
+        yield Worker(dist.get_rank(), local_rank, dist.get_world_size(), backend, device)
+        dist.barrier()  # leave together: no rank tears down while another still communicates
+    finally:
+        dist.destroy_process_group()
+    _exit_without_native_teardown()
+
+
+# --- what torchrun and process_group are built on ---------------------------------------------
+
 #: The variables torchrun sets for every worker (and that process_group needs).
 TORCHRUN_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
@@ -104,32 +185,6 @@ def _launched_by_torchrun() -> dict[str, str]:
             "(or utils.torchrun('script.py') from a notebook), not run on its own."
         )
     return {name: os.environ[name] for name in TORCHRUN_VARIABLES}
-
-
-@contextlib.contextmanager
-def process_group(timeout_s: float = 60.0) -> Iterator[Worker]:
-    """Join the job torchrun started; yield a :class:`Worker`; always leave it cleanly.
-
-    Picks the backend and device with :func:`backend_and_device` (``set_device`` first
-    on GPUs), calls ``init_process_group`` with a ``timeout_s`` so that a collective one
-    rank never reaches fails instead of hanging forever; at the end of the block every
-    rank meets at a barrier, so none tears down while another is still communicating,
-    and ``destroy_process_group`` runs on the way out, error or not. Raises RuntimeError, saying
-    how to launch it, when the torchrun variables are missing. Introduced in 08_many_devices.
-    """
-    import torch.distributed as dist
-
-    _launched_by_torchrun()
-    local_rank = int(os.environ["LOCAL_RANK"])
-    backend, device = backend_and_device(local_rank)
-    options = {"device_id": device} if device.type == "cuda" else {}
-    dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s), **options)
-    try:
-        yield Worker(dist.get_rank(), local_rank, dist.get_world_size(), backend, device)
-        dist.barrier()  # leave together: no rank tears down while another still communicates
-    finally:
-        dist.destroy_process_group()
-    _exit_without_native_teardown()
 
 
 _FAILED: list[bool] = []
@@ -248,58 +303,6 @@ def _last_traceback(stderr: str, lines: int = 12) -> str:
 
 def _prefixed(rank: int, text: str) -> str:
     return "\n".join(f"[rank {rank}] {line}" for line in text.rstrip("\n").splitlines())
-
-
-def torchrun(script: str | os.PathLike, nproc: int = 2, args: Sequence[str] = (),
-             timeout_s: float = 120.0, show_stderr: bool = False,
-             quiet: bool = False) -> dict[int, str]:
-    """Run ``torchrun --standalone --nproc_per_node=nproc script args``; return each rank's output.
-
-    It is the real launcher, ``python -m torch.distributed.run`` from this Python (the
-    same as the ``torchrun`` command), with a free port chosen by its standalone
-    rendezvous. Each rank's stdout is printed under ``[rank N]``, rank 0 first, once all
-    have finished (so the output does not depend on which process printed first);
-    ``show_stderr`` prints their stderr too. Returns ``{rank: stdout}``.
-
-    A rank that fails raises :class:`WorkerFailed` showing that rank's traceback; a launch
-    still running after ``timeout_s`` seconds is killed, workers included, and raises
-    TimeoutError naming the ranks that had not finished. Introduced in 08_many_devices.
-    """
-    script = Path(script)
-    if not script.is_file():
-        raise FileNotFoundError(f"No worker script at {str(script)!r}: write it first "
-                                "(%%writefile in a notebook).")
-    command = ["torchrun", "--standalone", f"--nproc_per_node={nproc}", str(script), *args]
-    if not quiet:
-        print("$ " + shlex.join(command), flush=True)
-    environment = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
-                   "PYTHONUNBUFFERED": "1"}
-    with tempfile.TemporaryDirectory(prefix="torchrun-logs-") as log_dir:
-        launcher = [sys.executable, "-m", "torch.distributed.run", "--redirects", "3",
-                    "--log-dir", log_dir, *command[1:]]
-        process = subprocess.Popen(launcher, env=environment, stdout=subprocess.PIPE,
-                                   stderr=subprocess.STDOUT, text=True)
-        try:
-            launcher_output, _ = process.communicate(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            _stop(process)
-            launcher_output = process.stdout.read() if process.stdout else ""
-            logs = _rank_logs(Path(log_dir))
-            _print_ranks(logs, show_stderr=True)
-            raise TimeoutError(
-                f"{script.name} was still running after {timeout_s:g} s, so it was stopped "
-                f"(torchrun and its {nproc} workers killed; what each rank printed is above). "
-                "A collective that some rank never reaches (a barrier or all_reduce inside "
-                "`if rank == 0:`) waits forever: make every rank call the same collectives "
-                "in the same order."
-            ) from None
-        logs = _rank_logs(Path(log_dir))
-        if process.returncode != 0:
-            _print_ranks(logs, show_stderr=False)
-            raise WorkerFailed(_failure(script.name, logs, launcher_output, process.returncode))
-        if not quiet:
-            _print_ranks(logs, show_stderr=show_stderr)
-    return {rank: out for rank, (out, _err) in sorted(logs.items())}
 
 
 def _print_ranks(logs: dict[int, tuple[str, str]], show_stderr: bool) -> None:

@@ -32,6 +32,65 @@ from torch import nn
 
 from utils.text import format_bytes
 
+
+def footprint(model: nn.Module, inputs: torch.Tensor | tuple, *,
+              optimizer: type | Callable | None = torch.optim.Adam,
+              loss: Callable | None = None, training: bool = True,
+              dtype: torch.dtype | None = None) -> Footprint:
+    """Return the :class:`Footprint` of one training step of ``model`` on ``inputs``.
+
+    The step runs on a meta copy of ``model`` (build big models with
+    ``with torch.device("meta"):``; a model with real weights is copied to meta without
+    copying data). ``inputs``: a tensor or a tuple of tensors, any device, passed to the
+    model. ``optimizer``: a ``torch.optim`` class (default Adam), a function of the
+    parameters that builds one, or None for no step. ``loss``: a function of the output
+    (default: its sum). ``training=False`` runs the forward pass under ``torch.no_grad()``
+    (inference: nothing saved, no gradients). ``dtype`` casts the model copy first (e.g.
+    ``torch.bfloat16``). Introduced in 07_moving_data_fast.
+    """
+    _check_model(model)
+    _check_optimizer(optimizer)
+    batch = inputs if isinstance(inputs, (tuple, list)) else (inputs,)
+    if not all(isinstance(t, torch.Tensor) for t in batch):
+        kinds = ", ".join(type(t).__name__ for t in batch)
+        raise TypeError(f"inputs must be a tensor or a tuple of tensors, got {kinds}.")
+    meta_model = _on_meta(model, dtype)
+    meta_batch = tuple(t.detach().to("meta") for t in batch)
+    parameters = list(meta_model.parameters())
+    trainable = [p for p in parameters if p.requires_grad]
+    fixed = {_storage_key(t) for t in [*parameters, *meta_model.buffers(), *meta_batch]}
+    saved: dict[int, int] = {}
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        if tensor.device.type == "meta" and _storage_key(tensor) not in fixed:
+            saved.setdefault(_storage_key(tensor), _storage_bytes(tensor))
+        return tensor
+
+    gradients = optimizer_state = 0
+    if not training:
+        with torch.no_grad():
+            meta_model(*meta_batch)
+    else:
+        built = _make_optimizer(optimizer, trainable)
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+            output = meta_model(*meta_batch)
+        (loss or _default_loss)(output).backward()
+        gradients = _unique_bytes(p.grad for p in trainable if p.grad is not None)
+        if built is not None:
+            built.step()
+            state = [value for per_parameter in built.state.values()
+                     for value in per_parameter.values()
+                     if isinstance(value, torch.Tensor) and value.device.type == "meta"]
+            optimizer_state = _unique_bytes(state)
+    return Footprint(parameters=_unique_bytes(parameters),
+                     buffers=_unique_bytes(meta_model.buffers()),
+                     gradients=gradients, optimizer_state=optimizer_state,
+                     activations=sum(saved.values()),
+                     inputs=_unique_bytes(meta_batch))
+
+
+# --- what footprint is built on ---------------------------------------------------------------
+
 PARTS = ("parameters", "buffers", "gradients", "optimizer_state", "activations", "inputs")
 
 
@@ -138,57 +197,3 @@ def _default_loss(output) -> torch.Tensor:
     return output.float().sum()
 
 
-def footprint(model: nn.Module, inputs: torch.Tensor | tuple, *,
-              optimizer: type | Callable | None = torch.optim.Adam,
-              loss: Callable | None = None, training: bool = True,
-              dtype: torch.dtype | None = None) -> Footprint:
-    """Return the :class:`Footprint` of one training step of ``model`` on ``inputs``.
-
-    The step runs on a meta copy of ``model`` (build big models with
-    ``with torch.device("meta"):``; a model with real weights is copied to meta without
-    copying data). ``inputs``: a tensor or a tuple of tensors, any device, passed to the
-    model. ``optimizer``: a ``torch.optim`` class (default Adam), a function of the
-    parameters that builds one, or None for no step. ``loss``: a function of the output
-    (default: its sum). ``training=False`` runs the forward pass under ``torch.no_grad()``
-    (inference: nothing saved, no gradients). ``dtype`` casts the model copy first (e.g.
-    ``torch.bfloat16``). Introduced in 07_moving_data_fast.
-    """
-    _check_model(model)
-    _check_optimizer(optimizer)
-    batch = inputs if isinstance(inputs, (tuple, list)) else (inputs,)
-    if not all(isinstance(t, torch.Tensor) for t in batch):
-        kinds = ", ".join(type(t).__name__ for t in batch)
-        raise TypeError(f"inputs must be a tensor or a tuple of tensors, got {kinds}.")
-    meta_model = _on_meta(model, dtype)
-    meta_batch = tuple(t.detach().to("meta") for t in batch)
-    parameters = list(meta_model.parameters())
-    trainable = [p for p in parameters if p.requires_grad]
-    fixed = {_storage_key(t) for t in [*parameters, *meta_model.buffers(), *meta_batch]}
-    saved: dict[int, int] = {}
-
-    def pack(tensor: torch.Tensor) -> torch.Tensor:
-        if tensor.device.type == "meta" and _storage_key(tensor) not in fixed:
-            saved.setdefault(_storage_key(tensor), _storage_bytes(tensor))
-        return tensor
-
-    gradients = optimizer_state = 0
-    if not training:
-        with torch.no_grad():
-            meta_model(*meta_batch)
-    else:
-        built = _make_optimizer(optimizer, trainable)
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
-            output = meta_model(*meta_batch)
-        (loss or _default_loss)(output).backward()
-        gradients = _unique_bytes(p.grad for p in trainable if p.grad is not None)
-        if built is not None:
-            built.step()
-            state = [value for per_parameter in built.state.values()
-                     for value in per_parameter.values()
-                     if isinstance(value, torch.Tensor) and value.device.type == "meta"]
-            optimizer_state = _unique_bytes(state)
-    return Footprint(parameters=_unique_bytes(parameters),
-                     buffers=_unique_bytes(meta_model.buffers()),
-                     gradients=gradients, optimizer_state=optimizer_state,
-                     activations=sum(saved.values()),
-                     inputs=_unique_bytes(meta_batch))

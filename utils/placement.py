@@ -24,6 +24,89 @@ from utils.figures import _DEVICE_COLOURS, _META_COLOUR
 if TYPE_CHECKING:  # matplotlib itself is imported by placement_figure, the one that draws
     from matplotlib.figure import Figure
 
+
+def where(obj: nn.Module | torch.Tensor | dict | list | tuple) -> PlacementTable:
+    """Return a table of every tensor reachable from ``obj``: name, kind, device, dtype, shape.
+
+    ``obj`` is a module, a tensor, or a dict/list/tuple of them. For a module the
+    table lists its parameters, buffers (persistent or not), plain tensor
+    attributes, tensors in list/tuple/set/dict attributes and the tensors of
+    modules kept only in such a container, each with whether ``Module.to`` moves
+    it. Rows come per module: parameters, buffers, submodules, then what ``.to``
+    does not see (PyTorch keeps these in separate dicts, so the order they were
+    set in ``__init__`` is not recoverable). Names are dotted paths (``heads.0.weight``).
+
+    Same objects: a module that is registered and also kept in a plain list is
+    listed once, under its registered name. A tensor in a container that is a
+    registered *parameter* (``nn.LSTM._flat_weights``) is marked as such and
+    moved: on a GPU ``Module.to`` swaps a parameter's data in place (on ``meta``
+    it replaces the parameter, so there the list keeps the old one). A tensor in a
+    container that is a registered *buffer* is left behind: ``Module.to`` always
+    replaces buffer objects. A buffer shared by two modules becomes two tensors
+    after ``.to``; the table does not flag that. ``weight`` under weight_norm,
+    spectral_norm or pruning is rebuilt before each forward (kind
+    :data:`RECOMPUTED`). Tensors inside other objects (dataclasses, custom
+    classes) are not looked into. Containers are walked once, so cycles are safe.
+    The table prints as text and shows as an HTML table in a notebook; it is a
+    list of :class:`Placement`. Introduced in 03_module_to.
+    """
+    if not isinstance(obj, (nn.Module, torch.Tensor, dict, list, tuple)):
+        raise TypeError(
+            f"where() looks inside a module, a tensor, or a dict/list of them; got "
+            f"{type(obj).__name__}. Pass the model itself (not its output or a function)."
+        )
+    return PlacementTable(_walk_loose(obj, "", _Walk(), 0))
+
+
+def audit(module: nn.Module, device: str | torch.device) -> Findings:
+    """Return the findings for ``module`` and ``device``: tensors not on ``device`` after ``.to``.
+
+    One :class:`Finding` per tensor that ``module.to(device)`` would leave elsewhere
+    (plain tensor attributes, tensors in lists/dicts, tensors of modules in a plain
+    list/dict) or that is registered but not on ``device`` yet. An empty list
+    means clean. Each finding's ``str()`` names the dotted path, why, and the fix.
+
+    ``device`` may be any device PyTorch can parse, including ``meta`` and devices
+    this machine lacks: the audit only reads ``.device``, never copies or allocates,
+    so ``audit(model, 'cuda')`` on a laptop finds what a GPU machine would trip on.
+    A bare ``'cuda'`` means the current CUDA device (``cuda:0`` when none is
+    visible), which is where ``.to('cuda')`` puts tensors; ``'cpu:0'`` means the CPU.
+    Tensors in containers that are the same objects as registered parameters
+    (``nn.LSTM._flat_weights``) are not findings; the same objects as registered
+    buffers are (``.to`` replaces buffers). A ``weight`` rebuilt by weight_norm,
+    spectral_norm or pruning before each forward is not a finding. See
+    :func:`where` for what is looked into. Introduced in 03_module_to; used throughout
+    04_cross_device_errors.
+    """
+    if not isinstance(module, nn.Module):
+        hint = " To check a tensor, compare tensor.device." if isinstance(
+            module, torch.Tensor) else ""
+        raise TypeError(
+            f"audit() needs an nn.Module, got {type(module).__name__}.{hint} "
+            f"Call it as utils.audit(model, device); utils.where() accepts tensors and dicts."
+        )
+    target = _target_device(device)
+    findings = Findings()
+    findings.target = target
+    for placement in where(module):
+        if placement.device == target or placement.kind == RECOMPUTED:
+            continue
+        if placement.alias_of and placement.moved_by_to:
+            continue  # a parameter alias: its registered name gets the finding
+        if placement.moved_by_to:
+            findings.append(Finding(
+                placement.name, placement.kind, placement.device, target, True,
+                "it is registered, so Module.to moves it, but it has not been moved yet",
+                _to_fix(module, placement, target)))
+        else:
+            findings.append(Finding(
+                placement.name, placement.kind, placement.device, target, False,
+                _why(placement), _fix(placement)))
+    return findings
+
+
+# --- what where and audit are built on -------------------------------------------------------
+
 #: Kinds of tensor that ``Module.to`` moves (they are registered on a registered module).
 PARAMETER = "parameter"
 BUFFER = "buffer"
@@ -229,39 +312,6 @@ def _walk_loose(obj: object, prefix: str, walk: _Walk, depth: int) -> Iterator[P
             yield from _walk_loose(value, _join(prefix, str(key)), walk, depth + 1)
 
 
-def where(obj: nn.Module | torch.Tensor | dict | list | tuple) -> PlacementTable:
-    """Return a table of every tensor reachable from ``obj``: name, kind, device, dtype, shape.
-
-    ``obj`` is a module, a tensor, or a dict/list/tuple of them. For a module the
-    table lists its parameters, buffers (persistent or not), plain tensor
-    attributes, tensors in list/tuple/set/dict attributes and the tensors of
-    modules kept only in such a container, each with whether ``Module.to`` moves
-    it. Rows come per module: parameters, buffers, submodules, then what ``.to``
-    does not see (PyTorch keeps these in separate dicts, so the order they were
-    set in ``__init__`` is not recoverable). Names are dotted paths (``heads.0.weight``).
-
-    Same objects: a module that is registered and also kept in a plain list is
-    listed once, under its registered name. A tensor in a container that is a
-    registered *parameter* (``nn.LSTM._flat_weights``) is marked as such and
-    moved: on a GPU ``Module.to`` swaps a parameter's data in place (on ``meta``
-    it replaces the parameter, so there the list keeps the old one). A tensor in a
-    container that is a registered *buffer* is left behind: ``Module.to`` always
-    replaces buffer objects. A buffer shared by two modules becomes two tensors
-    after ``.to``; the table does not flag that. ``weight`` under weight_norm,
-    spectral_norm or pruning is rebuilt before each forward (kind
-    :data:`RECOMPUTED`). Tensors inside other objects (dataclasses, custom
-    classes) are not looked into. Containers are walked once, so cycles are safe.
-    The table prints as text and shows as an HTML table in a notebook; it is a
-    list of :class:`Placement`. Introduced in 03_module_to.
-    """
-    if not isinstance(obj, (nn.Module, torch.Tensor, dict, list, tuple)):
-        raise TypeError(
-            f"where() looks inside a module, a tensor, or a dict/list of them; got "
-            f"{type(obj).__name__}. Pass the model itself (not its output or a function)."
-        )
-    return PlacementTable(_walk_loose(obj, "", _Walk(), 0))
-
-
 # ----------------------------------------------------------------------------- audit
 
 
@@ -367,53 +417,6 @@ def _to_fix(module: nn.Module, placement: Placement, target: torch.device) -> st
     also = f" (or {to} on its submodule {owner} alone)" if owner else ""
     return (f"call {to} on the {type(module).__name__} you audited{also}; it works in place, "
             f"no reassignment needed")
-
-
-def audit(module: nn.Module, device: str | torch.device) -> Findings:
-    """Return the findings for ``module`` and ``device``: tensors not on ``device`` after ``.to``.
-
-    One :class:`Finding` per tensor that ``module.to(device)`` would leave elsewhere
-    (plain tensor attributes, tensors in lists/dicts, tensors of modules in a plain
-    list/dict) or that is registered but not on ``device`` yet. An empty list
-    means clean. Each finding's ``str()`` names the dotted path, why, and the fix.
-
-    ``device`` may be any device PyTorch can parse, including ``meta`` and devices
-    this machine lacks: the audit only reads ``.device``, never copies or allocates,
-    so ``audit(model, 'cuda')`` on a laptop finds what a GPU machine would trip on.
-    A bare ``'cuda'`` means the current CUDA device (``cuda:0`` when none is
-    visible), which is where ``.to('cuda')`` puts tensors; ``'cpu:0'`` means the CPU.
-    Tensors in containers that are the same objects as registered parameters
-    (``nn.LSTM._flat_weights``) are not findings; the same objects as registered
-    buffers are (``.to`` replaces buffers). A ``weight`` rebuilt by weight_norm,
-    spectral_norm or pruning before each forward is not a finding. See
-    :func:`where` for what is looked into. Introduced in 03_module_to; used throughout
-    04_cross_device_errors.
-    """
-    if not isinstance(module, nn.Module):
-        hint = " To check a tensor, compare tensor.device." if isinstance(
-            module, torch.Tensor) else ""
-        raise TypeError(
-            f"audit() needs an nn.Module, got {type(module).__name__}.{hint} "
-            f"Call it as utils.audit(model, device); utils.where() accepts tensors and dicts."
-        )
-    target = _target_device(device)
-    findings = Findings()
-    findings.target = target
-    for placement in where(module):
-        if placement.device == target or placement.kind == RECOMPUTED:
-            continue
-        if placement.alias_of and placement.moved_by_to:
-            continue  # a parameter alias: its registered name gets the finding
-        if placement.moved_by_to:
-            findings.append(Finding(
-                placement.name, placement.kind, placement.device, target, True,
-                "it is registered, so Module.to moves it, but it has not been moved yet",
-                _to_fix(module, placement, target)))
-        else:
-            findings.append(Finding(
-                placement.name, placement.kind, placement.device, target, False,
-                _why(placement), _fix(placement)))
-    return findings
 
 
 # ---------------------------------------------------------------------------- figure

@@ -38,6 +38,28 @@ from utils.checkpoints import save_as_if_on
 from utils.devices import available_devices, second_device
 from utils.placement import where
 
+
+def quiz(
+    question: str,
+    choices: Sequence[str],
+    answer: str,
+    explanations: Mapping[str, str] | Sequence[str],
+) -> None:
+    """Show a predict-the-output quiz: a clickable widget, or plain text (:func:`widget_mode`).
+
+    ``answer`` is the exact text of the right choice; ``explanations`` gives, for every
+    choice, why it is right or wrong (a dict keyed by choice, or a list in choice order).
+    Returns None: the quiz displays itself. Introduced in 01_tensor_to.
+    """
+    _check_quiz(choices, answer, explanations)
+    if widget_mode() == "text":
+        print(quiz_text(question, choices))
+    else:
+        _display(quiz_widget(question, choices, answer, explanations))
+
+
+# --- how the quiz and the explorers are built -------------------------------------------------
+
 #: Environment variable that forces the display mode: ``text`` or ``widgets``.
 WIDGETS_ENV_VAR = "LESSONS_WIDGETS"
 
@@ -198,25 +220,6 @@ def quiz_widget(
     box = widgets.VBox([heading, widgets.VBox(buttons), feedback])
     box.add_class("lessons-quiz")
     return box
-
-
-def quiz(
-    question: str,
-    choices: Sequence[str],
-    answer: str,
-    explanations: Mapping[str, str] | Sequence[str],
-) -> None:
-    """Show a predict-the-output quiz: a clickable widget, or plain text (:func:`widget_mode`).
-
-    ``answer`` is the exact text of the right choice; ``explanations`` gives, for every
-    choice, why it is right or wrong (a dict keyed by choice, or a list in choice order).
-    Returns None: the quiz displays itself. Introduced in 01_tensor_to.
-    """
-    _check_quiz(choices, answer, explanations)
-    if widget_mode() == "text":
-        print(quiz_text(question, choices))
-    else:
-        _display(quiz_widget(question, choices, answer, explanations))
 
 
 # ---------------------------------------------------------------------------------------
