@@ -188,3 +188,16 @@ def test_the_readme_table_reads_the_notebooks_about_to_be_written():
     assert build_nav.readme_table({path: longer}) != build_nav.readme_table()
     assert f"| {reading_time.estimate(path, longer).text()} |" in build_nav.readme_table(
         {path: longer})
+
+
+def test_the_readme_table_marks_00_to_06_as_the_core_path_and_07_08_as_the_next_step():
+    table = build_nav.readme_table()
+    core, _, later = table.partition("**The next step: 07-08**")
+    assert core.startswith("**The core path: 00-06**"), core[:80]
+    numbers = lambda text: [line[2:4] for line in text.splitlines() if line[:2] == "| " and  # noqa: E731
+                            line[2:4].isdigit()]
+    assert numbers(core) == ["00", "01", "02", "03", "04", "05", "06"]
+    assert numbers(later) == ["07", "08"]
+    minutes = sum(reading_time.estimate(path).main.minutes
+                  for path in lessons.lesson_notebooks()[:7])
+    assert build_nav._hours(minutes) in core.splitlines()[0]

@@ -4,8 +4,9 @@
 - each notebook's last cell: the same navigation;
 - the first paragraph of each notebook's setup cell (tagged ``setup``): installs utils on Colab;
 - quiz cells collapsed (their source names the answer);
-- the README's table of notebooks and labs, between the table markers, with each notebook's
-  reading time (main flow / everything) from tools/reading_time.py.
+- the README's tables of notebooks and labs (the core path, then the next step), between the
+  table markers, with each notebook's reading time (main flow / everything) from
+  tools/reading_time.py.
 
 All links come from ``[tool.lessons]`` in pyproject.toml. Usage:
 
@@ -236,17 +237,18 @@ def collapse_optional_parts(notebook: nbformat.NotebookNode, cells: list) -> lis
     return folded
 
 
-def readme_table(notebooks: dict[Path, str] | None = None) -> str:
-    """Return the README's table; ``notebooks`` maps paths to notebook texts about to be written
-    (their reading times then come from those texts, not from the files on disk)."""
-    notebooks = notebooks or {}
+#: The last notebook of the core path: 00 to this one are the first course, the rest the next step.
+CORE_PATH_LAST = "06"
+
+
+def _table_rows(paths: list[Path], notebooks: dict[Path, str]) -> list[str]:
     rows = [
         "| # | Notebook | What it covers | Read (main / all) | Lab | Colab | Binder |",
         "|---|---|---|---|---|---|---|",
     ]
     colab_badge = "https://colab.research.google.com/assets/colab-badge.svg"
     binder_badge = "https://mybinder.org/badge_logo.svg"
-    for path in lessons.lesson_notebooks():
+    for path in paths:
         relative = path.relative_to(lessons.ROOT).as_posix()
         lab = lessons.lab_for(path)
         lab_cell = f"[{lab.stem}]({lab.relative_to(lessons.ROOT).as_posix()})" if lab else "—"
@@ -256,7 +258,40 @@ def readme_table(notebooks: dict[Path, str] | None = None) -> str:
             f"| [![Colab]({colab_badge})]({colab_url(path)}) "
             f"| [![Binder]({binder_badge})]({binder_url(path)}) |"
         )
-    return "\n".join(rows)
+    return rows
+
+
+def _hours(minutes: int) -> str:
+    """95 -> 'about 1 h 35 min'."""
+    hours, rest = divmod(minutes, 60)
+    return f"about {hours} h {rest} min" if hours else f"about {rest} min"
+
+
+def readme_table(notebooks: dict[Path, str] | None = None) -> str:
+    """Return the README's tables: the core path (00 to CORE_PATH_LAST), then the next step.
+
+    ``notebooks`` maps paths to notebook texts about to be written (their reading times then
+    come from those texts, not from the files on disk)."""
+    notebooks = notebooks or {}
+    ordered = lessons.lesson_notebooks()
+    core = [path for path in ordered if path.name[:2] <= CORE_PATH_LAST]
+    later = [path for path in ordered if path.name[:2] > CORE_PATH_LAST]
+    minutes = sum(reading_time.estimate(path, notebooks.get(path)).main.minutes for path in core)
+    lines = [
+        f"**The core path: {core[0].name[:2]}-{core[-1].name[:2]}**, in order "
+        f"({_hours(minutes)} of main flow). This is the course.",
+        "",
+        *_table_rows(core, notebooks),
+    ]
+    if later:
+        lines += [
+            "",
+            f"**The next step: {later[0].name[:2]}-{later[-1].name[:2]}**, when you need it: "
+            "what moving data costs, what fits in memory, and many devices.",
+            "",
+            *_table_rows(later, notebooks),
+        ]
+    return "\n".join(lines)
 
 
 def updated_readme(text: str, notebooks: dict[Path, str] | None = None) -> str:
