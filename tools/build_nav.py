@@ -4,6 +4,7 @@
 - each notebook's last cell: the same navigation;
 - the first paragraph of each notebook's setup cell (tagged ``setup``): installs utils on Colab;
 - quiz cells collapsed (their source names the answer);
+- docs/errors.md, the error index, from docs/errors.toml (tools/build_errors.py);
 - the README's tables of notebooks and labs (the core path, then the next step), between the
   table markers, with each notebook's reading time (main flow / everything) from
   tools/reading_time.py.
@@ -23,6 +24,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import build_errors  # noqa: E402
 import lessons  # noqa: E402
 import nbformat  # noqa: E402
 import reading_time  # noqa: E402
@@ -321,6 +323,10 @@ def stale_files() -> list[tuple[Path, str]]:
     new_readme = updated_readme(readme.read_text(encoding="utf-8"), generated)
     if new_readme != readme.read_text(encoding="utf-8"):
         changes.append((readme, new_readme))
+    if (lessons.ROOT / "docs" / "errors.toml").exists():
+        errors_page = build_errors.stale(lessons.ROOT)
+        if errors_page:
+            changes.append(errors_page)
     return changes
 
 
