@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -201,3 +202,16 @@ def test_the_readme_table_marks_00_to_06_as_the_core_path_and_07_08_as_the_next_
     minutes = sum(reading_time.estimate(path).main.minutes
                   for path in lessons.lesson_notebooks()[:7])
     assert build_nav._hours(minutes) in core.splitlines()[0]
+
+
+def test_every_notebook_and_lab_closes_with_a_link_to_the_error_index():
+    paths = lessons.all_notebooks()
+    assert len(paths) > len(lessons.lesson_notebooks())
+    for path in paths:
+        footer = nbformat.read(path, as_version=4).cells[-1]
+        assert build_nav.FOOTER_TAG in footer.metadata["tags"], path.name
+        line = build_nav.errors_line(path)
+        assert line.startswith("**Got an error?**") and line in footer.source, (
+            f"{path.name}: run `make nav`")
+        target = (path.parent / re.search(r"\]\(([^)]+)\)", line).group(1)).resolve()
+        assert target == lessons.ROOT / "docs" / "errors.md" and target.exists(), path.name

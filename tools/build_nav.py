@@ -1,7 +1,8 @@
 """Write everything about the notebooks that could drift if kept by hand.
 
 - each notebook's first cell: Colab and Binder badges and prev | contents | next links;
-- each notebook's last cell: the same navigation;
+- each notebook's last cell: a link to the error index (docs/errors.md), then the same
+  navigation;
 - the first paragraph of each notebook's setup cell (tagged ``setup``): installs utils on Colab;
 - quiz cells collapsed (their source names the answer);
 - docs/errors.md, the error index, from docs/errors.toml (tools/build_errors.py);
@@ -111,6 +112,13 @@ def navigation(path: Path) -> str:
     return " | ".join(parts)
 
 
+def errors_line(path: Path) -> str:
+    """The closing line of every notebook and lab: where a reader with an error looks."""
+    up = "../" * len(path.parent.relative_to(lessons.ROOT).parts)
+    return (f"**Got an error?** Find your message in [the error index]({up}docs/errors.md): "
+            "its causes, its fix, and the notebook where it happens.")
+
+
 def keep_your_work() -> str:
     """The one line at the top of every lab on how not to lose your answers, by platform."""
     return (
@@ -176,7 +184,7 @@ def with_generated_cells(notebook: nbformat.NotebookNode, path: Path) -> nbforma
     if path.parent in (lessons.LABS, lessons.SOLUTIONS):
         top += f"\n\n{keep_your_work()}"
     header = _markdown(top, HEADER_TAG)
-    footer = _markdown(f"---\n{nav}", FOOTER_TAG)
+    footer = _markdown(f"---\n{errors_line(path)}\n\n{nav}", FOOTER_TAG)
     for cell in cells:
         if SETUP_TAG in tags(cell):
             cell["source"] = f"{colab_preamble()}\n\n\n{without_preamble(source(cell))}"
