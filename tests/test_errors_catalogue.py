@@ -175,6 +175,13 @@ def test_every_section_whose_outputs_raise_a_device_or_checkpoint_error_is_in_th
                          "a `where`, or an exclusion with its reason):\n" + "\n".join(missing))
 
 
+def test_every_link_inside_the_page_points_to_an_entry_it_shows():
+    page = (lessons.ROOT / "docs" / "errors.md").read_text(encoding="utf-8")
+    targets = set(re.findall(r"\]\(#([a-z0-9-]+)\)", page))
+    shown = {entry["id"] for entry in ENTRIES if build_errors.shown(entry)}
+    assert targets and not targets - shown, f"links to entries not shown: {targets - shown}"
+
+
 def test_the_index_is_generated_from_the_catalogue():
     assert build_errors.stale() is None, "docs/errors.md is out of date: run `make nav`"
 
