@@ -36,7 +36,7 @@ hours, 04 in 45 minutes. With these constants 00-06 as they were then add up to 
 (3.4 hours; the README is not counted) and 04 to 36 minutes: the estimate counts what there is
 to read, not how hard it is, and that reader rated 04's clarity 2 out of 5.
 
-Used by tools/build_nav.py (the README table's "Read" column) and tests/test_reading_time.py.
+Used by tools/build_nav.py (the README table's "Read" column) and tests/repo/test_reading_time.py.
 """
 
 from __future__ import annotations

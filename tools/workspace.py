@@ -9,7 +9,10 @@ It keeps ``my-work/`` (git-ignored) in the repository's root:
 - every later time, it copies only what is new in the collection, never a file that is
   already there, and says which of the learner's copies has a newer version upstream;
 - ``--fresh labs/02_copy_pitfall.ipynb`` replaces one copy with the current version and
-  keeps the learner's as ``labs/02_copy_pitfall-2026-11-30.ipynb`` (today's date).
+  keeps the learner's as ``labs/02_copy_pitfall-2026-11-30.ipynb`` (today's date);
+- each copy opens with the outputs of its *answer cells* cleared (:func:`answer_cells`), so a
+  "Predict, then run" question is not answered on screen before the learner runs the cell.
+  The course's own notebooks keep every output (the tests compare them).
 
 What each copy was copied from is recorded in ``my-work/.workspace.json`` (hidden in
 JupyterLab's file browser): the fingerprint of the source's cells at copy time. A copy has
@@ -40,6 +43,11 @@ RECORD = ".workspace.json"
 # What is copied: the numbered lesson notebooks and student labs (not labs/solutions/).
 COPIED_FOLDERS = ("notebooks", "labs")
 NUMBERED = re.compile(r"^\d\d_[a-z0-9_]+\.ipynb$")
+# A markdown cell that asks for a prediction: "**Predict, then run.**", "**Predict:** ...", or a
+# line or sentence that starts with "Predict" ("Predict what happens, then run it.").
+ASKS = re.compile(r"(?m)(^|\*\*|[.!?:]\s+)Predict\b")
+ANSWER_TAG = "answer"  # a code cell whose outputs a learner's copy opens without
+NOT_ANSWER_TAG = "not-answer"  # never cleared, even right after a question
 README = """\
 # My work
 
@@ -53,6 +61,8 @@ changes a file in it.
   you which of your copies has a newer version, without touching them.
 - For a fresh copy of one, run `make fresh COPY=labs/02_copy_pitfall.ipynb` in a terminal:
   yours is kept next to it, with today's date in its name.
+- Your copies open with the answers to "Predict, then run" questions cleared: decide, then
+  run the cell to see the answer. The course's own notebooks keep every output.
 """
 
 
@@ -69,6 +79,67 @@ def fingerprint(path: Path) -> str:
     except (ValueError, KeyError, TypeError):
         view = path.read_text(encoding="utf-8", errors="replace")  # not a notebook: all of it
     return hashlib.sha256(json.dumps(view).encode()).hexdigest()
+
+
+def _text(cell: dict) -> str:
+    source = cell.get("source", "")
+    return "".join(source) if isinstance(source, list) else source
+
+
+def _tags(cell: dict) -> list[str]:
+    return cell.get("metadata", {}).get("tags", [])
+
+
+def answer_cells(cells: list[dict]) -> list[int]:
+    """Return the indexes of the answer cells in ``cells`` (a notebook's cells).
+
+    An answer cell is a code cell whose output answers a question asked before it:
+    - a code cell tagged ``answer``;
+    - the first code cell after a markdown cell that asks for a prediction (``ASKS``), not
+      counting quiz cells (``utils.quiz(...)``, whose output is the question) in between. Only
+      code cells may lie between: where a markdown cell comes first, tag the answer instead.
+      A lab's exercise (a cell with a ``raise NotImplementedError()`` stub) is where the
+      learner writes the answer, not one: the search stops there.
+    A cell tagged ``not-answer`` is never one. Used by ``make lab`` (the my-work copies).
+    """
+    found = set()
+    for index, cell in enumerate(cells):
+        if cell["cell_type"] == "code" and ANSWER_TAG in _tags(cell):
+            found.add(index)
+        if cell["cell_type"] != "markdown" or not ASKS.search(_text(cell)):
+            continue
+        for later in range(index + 1, len(cells)):
+            candidate = cells[later]
+            if candidate["cell_type"] != "code" or "raise NotImplementedError" in _text(candidate):
+                break
+            if not _text(candidate).startswith("utils.quiz("):
+                found.add(later)
+                break
+    return sorted(i for i in found if NOT_ANSWER_TAG not in _tags(cells[i]))
+
+
+def learners_copy(source: Path, target: Path) -> list[int]:
+    """Copy the notebook ``source`` to ``target`` with its answer cells' outputs cleared.
+
+    Return the indexes of the cells cleared. A notebook without answer cells (or a file that
+    is not a notebook) is copied byte for byte. Introduced for ``make lab``.
+    """
+    try:
+        notebook = json.loads(source.read_text(encoding="utf-8"))
+        cells = notebook["cells"]
+        cleared = [i for i in answer_cells(cells)
+                   if cells[i].get("outputs") or cells[i].get("execution_count") is not None]
+    except (ValueError, KeyError, TypeError):
+        cleared = []
+    if not cleared:
+        shutil.copyfile(source, target)
+        return []
+    for index in cleared:
+        cells[index]["outputs"], cells[index]["execution_count"] = [], None
+    # As nbformat and JupyterLab write a notebook, so that saving it there changes nothing else.
+    target.write_text(json.dumps(notebook, indent=1, sort_keys=True, ensure_ascii=False) + "\n",
+                      encoding="utf-8")
+    return cleared
 
 
 def sources(root: Path) -> list[str]:
@@ -105,7 +176,7 @@ def _write_record(work: Path, copies: dict) -> None:
 def _copy(root: Path, work: Path, name: str, copies: dict) -> None:
     target = work / name
     target.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(root / name, target)
+    learners_copy(root / name, target)
     copies[name] = {"source": fingerprint(root / name),
                     "copied": datetime.date.today().isoformat()}
 

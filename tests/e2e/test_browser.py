@@ -76,7 +76,7 @@ NOTEBOOKS = lessons.lesson_notebooks()
 SCRATCH = "scratch/widgets_check.ipynb"  # written in the server's temporary folder only
 # Every wait below is a wait *until* something shows, so a generous limit costs nothing when
 # things work and only a real hang reaches it. The limits are sized for a 2-core machine
-# running notebooks beside this test with both cores busy (tools/stress_test_suite.py).
+# running notebooks beside this test with both cores busy (tools/bench/stress_test_suite.py).
 START_SECONDS = 180  # JupyterLab's server answering /api/status
 WAIT_MS = 120_000  # the app, a kernel, a widget's reply to a click
 RUN_ALL_MS = 600_000  # one notebook's Run All (seconds when the machine is quiet)

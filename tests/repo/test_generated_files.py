@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 
 import nbformat
@@ -185,3 +186,29 @@ def test_the_readme_table_reads_the_notebooks_about_to_be_written():
     assert build_nav.readme_table({path: longer}) != build_nav.readme_table()
     assert f"| {reading_time.estimate(path, longer).text()} |" in build_nav.readme_table(
         {path: longer})
+
+
+def test_the_readme_table_marks_00_to_06_as_the_core_path_and_07_08_as_the_next_step():
+    table = build_nav.readme_table()
+    core, _, later = table.partition("**The next step: 07-08**")
+    assert core.startswith("**The core path: 00-06**"), core[:80]
+    numbers = lambda text: [line[2:4] for line in text.splitlines() if line[:2] == "| " and  # noqa: E731
+                            line[2:4].isdigit()]
+    assert numbers(core) == ["00", "01", "02", "03", "04", "05", "06"]
+    assert numbers(later) == ["07", "08"]
+    minutes = sum(reading_time.estimate(path).main.minutes
+                  for path in lessons.lesson_notebooks()[:7])
+    assert build_nav._hours(minutes) in core.splitlines()[0]
+
+
+def test_every_notebook_and_lab_closes_with_a_link_to_the_error_index():
+    paths = lessons.all_notebooks()
+    assert len(paths) > len(lessons.lesson_notebooks())
+    for path in paths:
+        footer = nbformat.read(path, as_version=4).cells[-1]
+        assert build_nav.FOOTER_TAG in footer.metadata["tags"], path.name
+        line = build_nav.errors_line(path)
+        assert line.startswith("**Got an error?**") and line in footer.source, (
+            f"{path.name}: run `make nav`")
+        target = (path.parent / re.search(r"\]\(([^)]+)\)", line).group(1)).resolve()
+        assert target == lessons.ROOT / "docs" / "errors.md" and target.exists(), path.name

@@ -317,7 +317,7 @@ def test_audit_work_grows_linearly_with_the_number_of_tensors():
 def test_audit_of_a_44m_parameter_transformer_takes_well_under_a_second():
     """A generous bound (about 10 ms on a quiet 2-core machine; 80x headroom for a loaded
     one): only a real defect, such as reading tensor data, fails it.
-    tools/benchmark_audit.py prints the real figures."""
+    tools/bench/benchmark_audit.py prints the real figures."""
     model = _meta_transformer(6)  # nn.Transformer()'s defaults: 44M parameters
     assert sum(p.numel() for p in model.parameters()) > 44_000_000
     median = _median_seconds_interleaved({"audit": lambda: utils.audit(model, "cpu")})["audit"]

@@ -5,7 +5,7 @@
 Builds the model on the CPU (real weights, about 170 MB), audits it against
 'cpu' (no findings) and against 'meta' (every tensor is a finding), and prints
 the median and the fastest of ``runs`` runs each. The tests hold no timing of their
-own that load could fail: tests/test_placement.py counts the work audit does (lines
+own that load could fail: tests/unit/test_placement.py counts the work audit does (lines
 executed, linear in the tensors) and keeps only a generous 1 s bound on the median.
 """
 

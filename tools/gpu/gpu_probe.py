@@ -5,7 +5,7 @@
 Each probe runs one line that a learner writes and prints what PyTorch answered (the
 exception's type and message, or the result), so that the quotes in notebooks 02, 04, 05, 07
 and 08 can be compared with what a GPU really says (docs/gpu-verification.md). Nothing here
-asserts: it records. Run by tools/gpu_verify.sh; on a machine without CUDA it says so and exits.
+asserts: it records. Run by tools/gpu/gpu_verify.sh; on a machine without CUDA it says so and exits.
 """
 
 from __future__ import annotations

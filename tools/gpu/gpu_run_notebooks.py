@@ -8,7 +8,7 @@ writes into the repository: each executed notebook goes to OUT_FOLDER under its 
 a line per notebook (passed, or the first failing cell and its error, and its wall time) is
 appended to OUT_FOLDER/summary.txt, so that one notebook can run alone after the others (for
 its timings). Cells tagged ``raises-exception`` may raise, as in the tests. Notebooks run in
-parallel, one fresh kernel each. Used by tools/gpu_verify.sh (docs/gpu-verification.md).
+parallel, one fresh kernel each. Used by tools/gpu/gpu_verify.sh (docs/gpu-verification.md).
 """
 
 from __future__ import annotations
