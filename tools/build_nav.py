@@ -128,7 +128,9 @@ def keep_your_work() -> str:
 
 
 def colab_preamble() -> str:
-    """The first paragraph of every setup cell: install utils on Colab, nothing elsewhere."""
+    """The first paragraph of every setup cell: install utils on Colab, nothing elsewhere;
+    then, on every machine, stop with what to do when a learner's own ``utils.py`` (or
+    ``utils/`` folder) next to the notebook hides the course's package."""
     cfg = lessons.config()
     package = f"git+{cfg['repository']}@{cfg['branch']}"
     return (
@@ -139,7 +141,11 @@ def colab_preamble() -> str:
         "\n"
         f'    helpers = "{package}"\n'
         '    pip = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", helpers]\n'
-        "    subprocess.run(pip, check=True)"
+        "    subprocess.run(pip, check=True)\n"
+        "import utils\n"
+        'if not hasattr(utils, "pick_device"):  # a utils.py of your own hides the course\'s\n'
+        '    raise ImportError(f"import utils found {utils.__file__}, not the course\'s "\n'
+        '                      "helpers: rename that file or folder, then restart the kernel")'
     )
 
 

@@ -212,3 +212,21 @@ def test_every_notebook_and_lab_closes_with_a_link_to_the_error_index():
             f"{path.name}: run `make nav`")
         target = (path.parent / re.search(r"\]\(([^)]+)\)", line).group(1)).resolve()
         assert target == lessons.ROOT / "docs" / "errors.md" and target.exists(), path.name
+
+
+def test_setup_cell_says_what_to_do_when_a_learners_own_utils_hides_the_course(tmp_path):
+    """A learner's utils.py next to the notebook comes first on sys.path: say so, clearly."""
+    import subprocess
+    import sys
+
+    (tmp_path / "utils.py").write_text("def my_helper():\n    return 1\n")
+    preamble = build_nav.colab_preamble()
+    result = subprocess.run([sys.executable, "-c", preamble], cwd=tmp_path,
+                            capture_output=True, text=True)
+    assert result.returncode != 0
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("ImportError: import utils found ")
+    assert str(tmp_path / "utils.py") in last and "rename that file or folder" in last
+    clean = tmp_path / "clean"
+    clean.mkdir()
+    assert subprocess.run([sys.executable, "-c", preamble], cwd=clean).returncode == 0
