@@ -1,0 +1,65 @@
+"""Time `make test` (after installation): wall time of each run, median, and where it goes.
+
+    .venv/bin/python -m tools.bench.time_make_test [--runs 3]
+
+Each run is `make test PYTEST_ARGS=--junitxml=...`; the breakdown sums the test time of
+each file (xdist runs two at a time, so the files add up to about twice the wall time) and
+times the second step of `make test` (the widget tests on ipywidgets 7) on its own. Run it on
+an idle machine: it measures, it asserts nothing. No test runs it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def one_run(folder: Path, number: int) -> tuple[float, dict[str, float]]:
+    report = folder / f"run{number}.xml"
+    started = time.perf_counter()
+    subprocess.run(["make", "--no-print-directory", "test", f"PYTEST_ARGS=--junitxml={report}"],
+                   cwd=ROOT, check=True, capture_output=True)
+    wall = time.perf_counter() - started
+    per_file: dict[str, float] = defaultdict(float)
+    for case in ET.parse(report).getroot().iter("testcase"):
+        name = case.get("file") or case.get("classname", "").replace(".", "/")
+        per_file[name] += float(case.get("time", 0))
+    return wall, dict(per_file)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=3)
+    runs = parser.parse_args().runs
+    walls, files = [], defaultdict(list)
+    with tempfile.TemporaryDirectory() as folder:
+        for number in range(runs):
+            wall, per_file = one_run(Path(folder), number)
+            walls.append(wall)
+            for name, seconds in per_file.items():
+                files[name].append(seconds)
+            print(f"run {number + 1}: make test {wall:.0f} s", flush=True)
+    started = time.perf_counter()
+    subprocess.run(["make", "--no-print-directory", "test-ipywidgets7"], cwd=ROOT, check=True,
+                   capture_output=True)
+    widgets7 = time.perf_counter() - started
+    print(f"\nmake test, median of {runs}: {statistics.median(walls):.0f} s "
+          f"(runs: {', '.join(f'{w:.0f}' for w in walls)}); of which test-ipywidgets7 "
+          f"about {widgets7:.0f} s")
+    print("\nslowest files (median test seconds; two workers run at once):")
+    medians = sorted(((statistics.median(v), k) for k, v in files.items()), reverse=True)
+    for seconds, name in medians[:15]:
+        print(f"  {seconds:6.1f}  {name}")
+    print(f"  {sum(s for s, _ in medians):6.1f}  all {len(medians)} files")
+
+
+if __name__ == "__main__":
+    main()
