@@ -222,12 +222,13 @@ def test_visible_asserts_count_per_main_flow_code_line_but_check_cells_do_not():
     assert share.text() == "1 / 4 (25.0%)"
 
 
-def test_a_check_cell_made_from_text_starts_with_its_source_collapsed():
-    sys.path.insert(0, str(lessons.ROOT / "tools"))
-    import notebook_text
+def test_make_nav_folds_a_check_cell():
+    import nbformat
 
-    notebook = notebook_text.from_text(f"# %% tags={reading_time.CHECK_TAG}\nassert True\n")
-    assert notebook.cells[0].metadata["jupyter"] == {"source_hidden": True}
+    cell = nbformat.v4.new_code_cell("assert True", metadata={"tags": [reading_time.CHECK_TAG]})
+    notebook = nbformat.v4.new_notebook(cells=[cell])
+    build_nav.collapse_optional_parts(notebook, notebook.cells)
+    assert cell.metadata["jupyter"] == {"source_hidden": True, "outputs_hidden": True}
 
 
 @pytest.mark.parametrize("path", lessons.lesson_notebooks(), ids=lambda p: p.name)
@@ -237,7 +238,7 @@ def test_every_check_cell_is_a_collapsed_code_cell_that_shows_nothing(path):
     for index, cell in enumerate(nbformat.read(path, as_version=4).cells):
         if reading_time.CHECK_TAG in cell.metadata.get("tags", []):
             assert cell.cell_type == "code", f"cell {index}: a check cell holds code"
-            assert cell.metadata.get("jupyter", {}).get("source_hidden"), f"cell {index}"
+            assert cell.metadata.get("jupyter", {}).get("source_hidden"), f"cell {index}: make nav"
             assert not cell.get("outputs"), f"cell {index}: a check cell prints nothing"
 
 

@@ -77,8 +77,6 @@ def from_text(text: str) -> nbformat.NotebookNode:
             new = nbformat.v4.new_code_cell(body, id=f"cell-{number:02d}")
         if cell["tags"]:
             new.metadata["tags"] = cell["tags"]
-        if "hidden-check" in cell["tags"]:  # reading_time.CHECK_TAG: its source starts collapsed
-            new.metadata["jupyter"] = {"source_hidden": True}
         notebook.cells.append(new)
     return notebook
 

@@ -256,9 +256,9 @@ def estimate(path: Path, text: str | None = None) -> Estimate:
     return estimate_cells(cells)
 
 
-#: Tag of a check cell: facts a lesson asserts, kept out of a first read (issue 22). Its
-#: source is collapsed (``metadata.jupyter.source_hidden``); tools/notebook_text.py sets that
-#: for every cell with the tag. Put it right below the cell whose lesson it checks.
+#: Tag of a check cell: facts a lesson asserts, kept out of a first read (issue 22). It opens
+#: folded (``metadata.jupyter.source_hidden``; tools/build_nav.py sets that for every cell with
+#: the tag) and prints nothing. Put it right below the cell whose lesson it checks.
 CHECK_TAG = "hidden-check"
 
 #: Most visible ``assert`` lines allowed per main-flow code line (issue 22: at most 5%).

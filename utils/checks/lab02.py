@@ -264,7 +264,7 @@ def check_trainable(make: Callable, other: torch.device) -> Feedback:
     it). Catches: made with ``requires_grad=True`` then moved (a non-leaf), an
     ``nn.Parameter`` moved with ``.to`` (a plain Tensor comes back), no ``requires_grad``,
     the result of ``.to`` not kept, no move at all, other values. Introduced in lab
-    02_copy_pitfall (notebook 02 section 5).
+    02_copy_pitfall (notebook 02 section 6).
     """
     exercise = "Exercise 5"
     other = torch.device(other)
