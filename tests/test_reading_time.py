@@ -247,7 +247,7 @@ def test_visible_asserts_are_at_most_5_percent_of_the_main_flow(path):
     share = reading_time.assert_share(path)
     over = share.share > reading_time.ASSERT_SHARE_LIMIT
     if path.name in KNOWN_ASSERT_HEAVY:
-        assert over, f"{path.name}: {share.text()}, now within 5%: remove it from KNOWN_ASSERT_HEAVY"
+        assert over, f"{path.name}: {share.text()}, within 5%: remove it from KNOWN_ASSERT_HEAVY"
     else:
         assert not over, (f"{path.name}: visible asserts {share.text()} of main-flow code lines; "
                           f"move the checks into a cell tagged {reading_time.CHECK_TAG!r}")
