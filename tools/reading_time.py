@@ -27,6 +27,11 @@ The *main flow* is what a first read meets with every collapsible part closed. I
 
 *Everything* counts all of it.
 
+The same main flow gives a second measure (issue 22): the visible ``assert`` lines per main-flow
+code line (:func:`assert_share`; at most ``ASSERT_SHARE_LIMIT``, 5%). A fact stays asserted in a
+check cell (tag ``CHECK_TAG``, ``hidden-check``) right below the cell that shows it; make nav
+folds it, so its lines are in neither the reading time nor the share.
+
 Why these constants: 150 words a minute is a careful pace for technical prose read to learn
 (everyday reading runs at 200-250); a few seconds a line is enough to read a short line of
 code, see what it does and run it; an output is glanced at and checked against the prose, a
