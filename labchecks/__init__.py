@@ -13,6 +13,7 @@ from labchecks.lab02 import (
     check_is_predictions,
     check_model_and_optimizer,
     check_prepare,
+    check_trainable,
     check_where_is_it_now,
 )
 from labchecks.lab04 import (
@@ -78,6 +79,7 @@ __all__ = [
     "check_setup_device",
     "check_train_step",
     "check_training_setup",
+    "check_trainable",
     "check_where_is_it_now",
     "check_whole_model",
     "exercise2_models",

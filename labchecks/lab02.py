@@ -241,3 +241,84 @@ def check_model_and_optimizer(build: Callable, other: torch.device) -> Feedback:
                                           "argument as it is.")
     return Feedback(exercise, PASSED, "model on the device, optimizer built after it: its "
                                       "parameters and its state are all where they belong.")
+
+
+def _leaf_behind(tensor: torch.Tensor) -> torch.Tensor | None:
+    """The leaf tensor autograd would send ``tensor``'s gradient to (None if none)."""
+    pending = [tensor.grad_fn]
+    while pending:
+        node = pending.pop()
+        if node is None:
+            continue
+        if hasattr(node, "variable"):  # AccumulateGrad: the leaf that gets the .grad
+            return node.variable
+        pending.extend(function for function, _ in node.next_functions)
+    return None
+
+
+def check_trainable(make: Callable, other: torch.device) -> Feedback:
+    """Exercise 02.5: ``make(values, device)`` returns a weight to train on ``device``.
+
+    Passes when the result is a float32 tensor on ``device`` with the given values that
+    requires grad and is a *leaf* (``.grad`` is filled by ``backward()``, an optimizer takes
+    it). Catches: made with ``requires_grad=True`` then moved (a non-leaf), an
+    ``nn.Parameter`` moved with ``.to`` (a plain Tensor comes back), no ``requires_grad``,
+    the result of ``.to`` not kept, no move at all, other values. Introduced in lab
+    02_copy_pitfall (notebook 02 section 6).
+    """
+    exercise = "Exercise 5"
+    other = torch.device(other)
+    values = [0.5, -1.0, 2.0]
+    with recorded_to_calls() as moves:
+        result, problem = attempt(exercise, make, list(values), other)
+    if problem is not None:
+        if unusable_device(problem.message) is not None:  # .cuda() where there is no CUDA
+            return Feedback(exercise, FAILED, f"{problem.message.rstrip('.')}. Use "
+                                              "`.to(device)` or `device=device`, so the same "
+                                              "code runs everywhere.")
+        return problem
+    if not isinstance(result, torch.Tensor):
+        return Feedback(exercise, FAILED, f"make_trainable returned {type(result).__name__}, "
+                                          "not a tensor.")
+    if result.device.type != other.type:
+        if any(call.result.device.type == other.type and call.result is not result
+               for call in moves):
+            return Feedback(exercise, FAILED,
+                            f"you called `.to(device)` but returned the tensor from before "
+                            f"it, still on {result.device}: Tensor.to returns a new tensor, "
+                            "keep it (`weight = weight.to(device)`).")
+        return Feedback(exercise, FAILED, f"asked for {device_name(other)}, the weight is on "
+                                          f"{result.device}: create it there "
+                                          "(`device=device`) or move it with `.to(device)`.")
+    if not result.requires_grad:
+        return Feedback(exercise, FAILED, "the weight does not require grad, so backward() "
+                                          "never computes its gradient: pass "
+                                          "`requires_grad=True` when you create it on the "
+                                          "device, or call `.requires_grad_()` after the move.")
+    if not result.is_leaf:
+        if isinstance(_leaf_behind(result), nn.Parameter):
+            return Feedback(exercise, FAILED,
+                            "`nn.Parameter(...).to(device)` returns a plain Tensor, not a "
+                            "Parameter: the result of an operation, so not a leaf, its .grad "
+                            "stays None, and a Module would not register it. Move first, then "
+                            "wrap: `nn.Parameter(tensor.to(device))` (only Module.to keeps "
+                            "Parameters).")
+        return Feedback(exercise, FAILED,
+                        "made with requires_grad=True, then moved: `.to` returned the result "
+                        "of an operation, not a leaf, so after backward() its .grad stays None "
+                        "and an optimizer refuses it ('can't optimize a non-leaf Tensor'). "
+                        "Create it on the device with requires_grad=True, or move it first and "
+                        "then call `.requires_grad_()`.")
+    if result.dtype != torch.float32:
+        return Feedback(exercise, FAILED, f"the weight is {result.dtype}, not float32: keep "
+                                          "the dtype of `torch.tensor(values)` (a Mac's GPU "
+                                          "has no float64).")
+    on_cpu, problem = attempt(exercise, make, list(values), torch.device("cpu"))
+    if problem is not None:
+        return problem
+    if not isinstance(on_cpu, torch.Tensor) or on_cpu.shape != (len(values),) or not \
+            torch.equal(on_cpu.detach().to("cpu", torch.float32), torch.tensor(values)):
+        return Feedback(exercise, FAILED, f"make_trainable({values}, 'cpu') did not return "
+                                          "those values: start from `values`, not new numbers.")
+    return Feedback(exercise, PASSED, "a leaf on the device that requires grad: backward() "
+                                      "fills its .grad and an optimizer can train it.")

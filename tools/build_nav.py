@@ -218,7 +218,8 @@ def collapse_optional_parts(notebook: nbformat.NotebookNode, cells: list) -> lis
     (``jp-MarkdownHeadingCollapsed``, which hides the cells up to the next heading of the same
     or a higher level) and in Colab (the notebook's ``colab.collapsed_sections`` lists the
     heading cells' ids, which Colab reads from ``metadata.id``); a cell tagged ``going-deeper``
-    or ``cpu-only`` opens with its source and outputs folded (``cellView: form`` in Colab).
+    or ``cpu-only``, and a check cell (``reading_time.CHECK_TAG``: the asserts that prove the
+    cell above it), opens with its source and outputs folded (``cellView: form`` in Colab).
     ``<details>`` blocks need nothing: they open closed everywhere. Metadata left from an
     earlier run on a cell that is no longer optional is removed, so the result depends on the
     cells alone.
@@ -237,7 +238,7 @@ def collapse_optional_parts(notebook: nbformat.NotebookNode, cells: list) -> lis
             cell.metadata.pop(JUPYTERLAB_COLLAPSED, None)
             if cell.metadata.get("id") == cell.get("id"):
                 cell.metadata.pop("id", None)
-        if set(tags(cell)) & reading_time.OPTIONAL_TAGS:
+        if set(tags(cell)) & (reading_time.OPTIONAL_TAGS | {reading_time.CHECK_TAG}):
             cell.metadata.setdefault("jupyter", {}).update(source_hidden=True, outputs_hidden=True)
             if cell.cell_type == "code":
                 cell.metadata["cellView"] = "form"

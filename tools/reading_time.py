@@ -27,6 +27,11 @@ The *main flow* is what a first read meets with every collapsible part closed. I
 
 *Everything* counts all of it.
 
+The same main flow gives a second measure: the visible ``assert`` lines per main-flow
+code line (:func:`assert_share`; at most ``ASSERT_SHARE_LIMIT``, 5%). A fact stays asserted in a
+check cell (tag ``CHECK_TAG``, ``hidden-check``) right below the cell that shows it; make nav
+folds it, so its lines are in neither the reading time nor the share.
+
 Why these constants: 150 words a minute is a careful pace for technical prose read to learn
 (everyday reading runs at 200-250); a few seconds a line is enough to read a short line of
 code, see what it does and run it; an output is glanced at and checked against the prose, a
@@ -255,6 +260,68 @@ def estimate(path: Path, text: str | None = None) -> Estimate:
     return estimate_cells(cells)
 
 
+#: Tag of a check cell: facts a lesson asserts, kept out of a first read. It opens
+#: folded (``metadata.jupyter.source_hidden``; tools/build_nav.py sets that for every cell with
+#: the tag) and prints nothing. Put it right below the cell whose lesson it checks.
+CHECK_TAG = "hidden-check"
+
+#: Most visible ``assert`` lines allowed per main-flow code line (at most 5%).
+ASSERT_SHARE_LIMIT = 0.05
+
+_ASSERT = re.compile(r"^\s*assert\b")
+
+
+@dataclass(frozen=True)
+class AssertShare:
+    """Visible ``assert`` lines among the code lines a first read meets."""
+
+    asserts: int
+    code_lines: int
+
+    @property
+    def share(self) -> float:
+        return self.asserts / self.code_lines if self.code_lines else 0.0
+
+    def text(self) -> str:
+        """'3 / 120 (2.5%)'."""
+        return f"{self.asserts} / {self.code_lines} ({self.share:.1%})"
+
+
+def assert_share_cells(cells: list[dict]) -> AssertShare:
+    """Count the visible asserts and code lines of the main flow of ``cells``.
+
+    The main flow is the one :func:`estimate_cells` counts: a collapsed source (a check cell,
+    tagged :data:`CHECK_TAG`), an optional section or tag and a quiz are not in it.
+    """
+    asserts = lines = 0
+    optional_level = None
+    for cell in cells:
+        tags = set(cell.get("metadata", {}).get("tags", []))
+        source = cell.get("source", "")
+        source = "".join(source) if isinstance(source, list) else source
+        if cell.get("cell_type") == "markdown":
+            for level, text in headings(source):
+                if is_optional_heading(text):
+                    if optional_level is None or level <= optional_level:
+                        optional_level = level
+                elif optional_level is not None and level <= optional_level:
+                    optional_level = None
+            continue
+        hidden = cell.get("metadata", {}).get("jupyter", {}).get("source_hidden")
+        if (cell.get("cell_type") != "code" or tags & (NAV_TAGS | OPTIONAL_TAGS) or hidden
+                or optional_level is not None or source.lstrip().startswith("utils.quiz(")):
+            continue
+        code = [line for line in source.splitlines() if line.strip()]
+        lines += len(code)
+        asserts += sum(1 for line in code if _ASSERT.match(line))
+    return AssertShare(asserts, lines)
+
+
+def assert_share(path: Path) -> AssertShare:
+    """:func:`assert_share_cells` of the notebook at ``path``."""
+    return assert_share_cells(json.loads(Path(path).read_text(encoding="utf-8"))["cells"])
+
+
 def main() -> int:
     """Print each lesson notebook's estimate, with what it counted."""
     print(
@@ -267,7 +334,10 @@ def main() -> int:
         total_main += result.main.minutes
         total_all += result.all.minutes
         flag = "  OVER" if result.main.seconds > MAIN_FLOW_LIMIT_MINUTES * 60 else ""
+        share = assert_share(path)
+        over = "  ASSERTS" if share.share > ASSERT_SHARE_LIMIT else ""
         print(f"{path.name:34} {result.text():>14}   main {result.main}{flag}")
+        print(f"{'':34} {'':>14}   visible asserts {share.text()}{over}")
     print(f"{'total':34} {f'{total_main} / {total_all} min':>14}")
     return 0
 

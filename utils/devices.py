@@ -3,9 +3,10 @@
 Introduced in notebook 00_devices; every later notebook's setup cell uses
 ``pick_device`` and ``environment_report``.
 
-The choice order is cuda, then mps, then xpu, then cpu. Set the environment
-variable ``LESSONS_DEVICE`` (for example ``LESSONS_DEVICE=cpu``) to override the
-choice for a whole class or a test run.
+The choice is PyTorch's own: ``torch.accelerator.current_accelerator(check_available=True)``,
+the accelerator this torch was built for (cuda, mps, xpu, ...) if this machine can use it,
+else the CPU. Set the environment variable ``LESSONS_DEVICE`` (for example
+``LESSONS_DEVICE=cpu``) to override the choice for a whole class or a test run.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import torch
 #: Environment variable that overrides :func:`pick_device` (e.g. ``cpu``, ``cuda:1``).
 DEVICE_ENV_VAR = "LESSONS_DEVICE"
 
-#: Accelerator types in the order :func:`pick_device` tries them.
+#: Accelerator types this module knows, in the order :func:`available_devices` lists them.
 ACCELERATOR_ORDER = ("cuda", "mps", "xpu")
 
 #: Device types a lesson can name and this module can check for availability.
@@ -201,9 +202,10 @@ def pick_device() -> torch.device:
     """Return the device the lessons run on.
 
     If ``LESSONS_DEVICE`` is set, that device (checked with :func:`parse_device`);
-    otherwise the first available of cuda, mps, xpu, else cpu. Accelerators come
-    back with their index (``cuda:0``, ``mps:0``), because that is what
-    ``tensor.device`` reports, so ``tensor.device == pick_device()`` works.
+    otherwise the accelerator ``torch.accelerator.current_accelerator(check_available=True)``
+    names (the one this torch is built for, when this machine can use it), else cpu.
+    Accelerators come back with their index (``cuda:0``, ``mps:0``), because that is
+    what ``tensor.device`` reports, so ``tensor.device == pick_device()`` works.
     Introduced in 00_devices.
     """
     override = os.environ.get(DEVICE_ENV_VAR, "").strip()
@@ -220,10 +222,10 @@ def pick_device() -> torch.device:
         if device.index is None and is_accelerator(device):
             device = _indexed(device.type)
         return device
-    for device_type in ACCELERATOR_ORDER:
-        if _count(device_type):
-            return _indexed(device_type)
-    return torch.device("cpu")
+    accelerator = torch.accelerator.current_accelerator(check_available=True)
+    if accelerator is None:
+        return torch.device("cpu")
+    return torch.device(accelerator.type, torch.accelerator.current_device_index())
 
 
 def is_accelerator(device: str | torch.device) -> bool:
@@ -231,7 +233,9 @@ def is_accelerator(device: str | torch.device) -> bool:
 
     Introduced in 00_devices.
     """
-    return torch.device(device).type in ACCELERATOR_ORDER
+    kind = torch.device(device).type
+    built_for = torch.accelerator.current_accelerator()
+    return kind in ACCELERATOR_ORDER or (built_for is not None and kind == built_for.type)
 
 
 def second_device(device: str | torch.device | None = None) -> torch.device:

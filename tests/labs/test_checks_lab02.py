@@ -425,12 +425,6 @@ def test_a_long_first_line_is_cut():
     assert len(checks.feedback.first_line(ValueError("x" * 500))) < 230
 
 
-@pytest.mark.parametrize("table", [RIGHT_WHERE, RIGHT_PREPARE, RIGHT_IS, RIGHT_BUILD],
-                         ids=["exercise 1", "exercise 2", "exercise 3", "exercise 4"])
-def test_every_exercise_has_at_least_six_differently_written_right_answers(table):
-    assert len(table) >= 6
-
-
 def test_a_device_fixed_in_the_function_is_caught_even_when_it_matches_the_device_asked_for():
     """On a GPU machine `device = torch.device('cuda' if ...)` gives the right device for
     `other`; asking for the CPU as well shows that the argument is ignored."""
@@ -446,3 +440,95 @@ def test_a_device_fixed_in_the_function_is_caught_even_when_it_matches_the_devic
     _status(checks.check_prepare(prepare, OTHER), checks.FAILED, "sets `device = ...` itself")
     _status(checks.check_model_and_optimizer(build, OTHER), checks.FAILED, "asked for cpu",
             "sets `device = ...` itself")
+
+
+# --- exercise 5: a weight you can train ----------------------------------------------------
+
+
+def trainable_attribute(values, device):
+    weight = torch.tensor(values).to(device)
+    weight.requires_grad = True
+    return weight
+
+
+def trainable_in_a_device_block(values, device):
+    with torch.device(device):
+        return torch.tensor(values, requires_grad=True)
+
+
+def dropped_the_move(values, device):
+    weight = torch.tensor(values, requires_grad=True)
+    weight.to(device)
+    return weight
+
+
+RIGHT_TRAINABLE = {
+    "created there": lambda v, d: torch.tensor(v, device=d, requires_grad=True),
+    "moved, then requires_grad_()": lambda v, d: torch.tensor(v).to(d).requires_grad_(),
+    "moved, then wrapped in a Parameter": lambda v, d: nn.Parameter(torch.tensor(v).to(d)),
+    "a Parameter created there": lambda v, d: nn.Parameter(torch.tensor(v, device=d)),
+    "as_tensor, keywords, requires_grad_(True)":
+        lambda v, d: torch.as_tensor(v, dtype=torch.float32, device=d).requires_grad_(True),
+    "attribute set after the move": trainable_attribute,
+    "inside with torch.device": trainable_in_a_device_block,
+    "a device string": lambda v, d: torch.tensor(v, device=str(d), requires_grad=True),
+    "moved, detached, then marked":
+        lambda v, d: torch.tensor(v, requires_grad=True).to(d).detach().requires_grad_(),
+}
+WRONG_TRAINABLE = {
+    "requires_grad, then moved": (lambda v, d: torch.tensor(v, requires_grad=True).to(d),
+                                  "made with requires_grad=True, then moved"),
+    "a Parameter, then moved": (lambda v, d: nn.Parameter(torch.tensor(v)).to(d),
+                                "returns a plain Tensor, not a Parameter"),
+    "no requires_grad": (lambda v, d: torch.tensor(v).to(d), "does not require grad"),
+    "never moved": (lambda v, d: torch.tensor(v, requires_grad=True), "create it there"),
+    "result of .to not kept": (dropped_the_move, "returned the tensor from before it"),
+    "new numbers": (lambda v, d: torch.randn(len(v), device=d, requires_grad=True),
+                    "did not return those values"),
+    "float64": (lambda v, d: torch.tensor(v, dtype=torch.float64).to(d).requires_grad_(),
+                "not float32"),
+    "not a tensor": (lambda v, d: list(v), "not a tensor"),
+}
+
+
+@pytest.mark.parametrize("make", RIGHT_TRAINABLE.values(), ids=RIGHT_TRAINABLE)
+def test_trainable_accepts_every_way_of_making_a_leaf_on_the_device(make):
+    _status(checks.check_trainable(make, OTHER), checks.PASSED)
+
+
+@pytest.mark.parametrize(("make", "phrase"), WRONG_TRAINABLE.values(), ids=WRONG_TRAINABLE)
+def test_trainable_names_each_mistake_in_one_line(make, phrase):
+    assert_one_line(_status(checks.check_trainable(make, OTHER), checks.FAILED, phrase))
+
+
+def test_each_trainable_mistake_gets_its_own_message():
+    messages = {checks.check_trainable(make, OTHER).message for make, _ in
+                WRONG_TRAINABLE.values()}
+    assert len(messages) == len(WRONG_TRAINABLE)
+
+
+def test_trainable_stub_is_not_attempted():
+    _status(checks.check_trainable(stub, OTHER), checks.NOT_ATTEMPTED)
+
+
+def test_every_right_trainable_answer_trains_where_the_tensor_is_made():
+    """What the check passes really trains: on the CPU (real numbers) an optimizer step
+    changes it; the trap the check names leaves .grad None."""
+    for make in RIGHT_TRAINABLE.values():
+        weight = make([0.5, -1.0, 2.0], torch.device("cpu"))
+        optimizer = torch.optim.SGD([weight], lr=0.1)
+        (weight * 2).sum().backward()
+        optimizer.step()
+        assert torch.allclose(weight.detach(), torch.tensor([0.3, -1.2, 1.8]))
+    moved = torch.tensor([0.5], requires_grad=True).to(torch.float16)  # any .to that copies
+    (moved * 2).sum().backward()
+    with pytest.warns(UserWarning, match="not a leaf Tensor"):
+        assert moved.grad is None
+
+
+@pytest.mark.parametrize("table", [RIGHT_WHERE, RIGHT_PREPARE, RIGHT_IS, RIGHT_BUILD,
+                                   RIGHT_TRAINABLE],
+                         ids=["exercise 1", "exercise 2", "exercise 3", "exercise 4",
+                              "exercise 5"])
+def test_every_exercise_has_at_least_six_differently_written_right_answers(table):
+    assert len(table) >= 6

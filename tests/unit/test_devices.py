@@ -14,7 +14,18 @@ def machine(monkeypatch):
     """Pretend this machine has the given accelerators: machine(cuda=2, mps=True, xpu=1)."""
     monkeypatch.delenv(devices.DEVICE_ENV_VAR, raising=False)
 
-    def configure(cuda: int = 0, mps: bool = False, xpu: int = 0) -> None:
+    def configure(cuda: int = 0, mps: bool = False, xpu: int = 0, built: str | None = None) -> None:
+        # torch.accelerator answers for the first accelerator this machine has (or for
+        # ``built``, the one the torch is compiled for, when it has none of them).
+        usable = next((kind for kind, count in (("cuda", cuda), ("mps", mps), ("xpu", xpu))
+                       if count), None)
+
+        def current_accelerator(check_available: bool = False):
+            kind = usable or (None if check_available else built)
+            return None if kind is None else torch.device(kind)
+
+        monkeypatch.setattr(torch.accelerator, "current_accelerator", current_accelerator)
+        monkeypatch.setattr(torch.accelerator, "current_device_index", lambda: 0)
         monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda > 0)
         monkeypatch.setattr(torch.cuda, "device_count", lambda: cuda)
         monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
@@ -41,6 +52,22 @@ def machine(monkeypatch):
 def test_pick_device_prefers_cuda_then_mps_then_xpu_then_cpu(machine, cuda, mps, xpu, expected):
     machine(cuda=cuda, mps=mps, xpu=xpu)
     assert utils.pick_device() == torch.device(expected)
+
+
+def test_pick_device_follows_torch_accelerator_with_its_runtime_check(machine):
+    machine(built="cuda")  # a CUDA build on a machine without a GPU
+    assert torch.accelerator.current_accelerator() == torch.device("cuda")
+    assert utils.pick_device() == torch.device("cpu")
+    machine(xpu=1)
+    assert utils.pick_device() == torch.device("xpu:0")
+
+
+def test_pick_device_takes_an_accelerator_this_module_does_not_know(machine, monkeypatch):
+    machine()
+    monkeypatch.setattr(torch.accelerator, "current_accelerator",
+                        lambda check_available=False: torch.device("hpu"))
+    monkeypatch.setattr(torch.accelerator, "current_device_index", lambda: 2)
+    assert utils.pick_device() == torch.device("hpu:2")
 
 
 def test_pick_device_returns_an_indexed_device_that_equals_tensor_device(machine):
