@@ -205,7 +205,6 @@ def test_my_work_copies_open_with_answer_outputs_cleared_and_the_course_keeps_th
 #: Questions whose answer comes after a markdown cell, so the rule cannot find it: the notebook's
 #: owner tags the cell that answers it `answer` (then delete the line here).
 UNANSWERED_UNTIL_TAGGED = {
-    ("06_training_checkpoints.ipynb", "cell-05"): "§1: the resumed losses, answered in §3",
 }
 
 
