@@ -120,7 +120,7 @@ def test_a_missing_section_or_heading_is_reported():
 
 
 def test_the_old_seeds_page_references_would_fail():
-    # Issue 24, item 10: what docs/seeds.md said before it was fixed.
+    # What docs/seeds.md once said, before it was fixed.
     wrong = ("GPU to GPU 05 §3, [05 §7](x), the forms of map_location in [05 §6](x), "
              "weights_only (05 §8), [05 §1](x)\n (\"The seed article, corrected\")")
     # §3 and §6 exist (they hold other things: a reader's check, not this test's); the rest not.
