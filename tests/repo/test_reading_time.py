@@ -7,15 +7,9 @@ import pytest
 from tools import build_nav, lessons, reading_time
 from tools.reading_time import Tally, estimate_cells
 
-# A first read (main flow) of every notebook takes at most 30 minutes. A notebook
-# listed here is allowed over it, and asserted to be still over, so the change that brings it
-# under must also remove it here. Every notebook is under today: keep it empty.
-KNOWN_OVER_LIMIT: set[str] = set()
-
-# Visible asserts are at most 5% of a main flow's code lines; the proof moves into a
-# check cell (tag reading_time.CHECK_TAG, source collapsed) below the lesson it checks. A
-# notebook listed here is not there yet, and asserted to be still over, like KNOWN_OVER_LIMIT.
-KNOWN_ASSERT_HEAVY = {"07_moving_data_fast.ipynb", "08_many_devices.ipynb"}
+# A first read (main flow) of every notebook takes at most 30 minutes, and its visible asserts
+# are at most 5% of its code lines: the proof moves into a check cell (tag
+# reading_time.CHECK_TAG, source collapsed) below the lesson it checks.
 
 
 def markdown(text: str, tags: list[str] | None = None) -> dict:
@@ -187,17 +181,12 @@ def _over_limit() -> dict[str, str]:
 
 
 def test_no_notebooks_main_flow_takes_over_30_minutes():
-    new = {name: text for name, text in _over_limit().items() if name not in KNOWN_OVER_LIMIT}
+    new = _over_limit()
     assert not new, (
         f"main flow over {reading_time.MAIN_FLOW_LIMIT_MINUTES} minutes (main / all): {new}; "
         "move depth into 'Going deeper' or 'On a CPU-only machine' parts, "
         "see `python -m tools.reading_time`"
     )
-
-
-def test_each_notebook_known_to_be_over_30_minutes_is_still_over():
-    fixed = sorted(KNOWN_OVER_LIMIT - set(_over_limit()))
-    assert not fixed, f"now within 30 minutes: remove {fixed} from KNOWN_OVER_LIMIT"
 
 
 def test_visible_asserts_count_per_main_flow_code_line_but_check_cells_do_not():
@@ -238,9 +227,6 @@ def test_every_check_cell_is_a_collapsed_code_cell_that_shows_nothing(path):
 @pytest.mark.parametrize("path", lessons.lesson_notebooks(), ids=lambda p: p.name)
 def test_visible_asserts_are_at_most_5_percent_of_the_main_flow(path):
     share = reading_time.assert_share(path)
-    over = share.share > reading_time.ASSERT_SHARE_LIMIT
-    if path.name in KNOWN_ASSERT_HEAVY:
-        assert over, f"{path.name}: {share.text()}, within 5%: remove it from KNOWN_ASSERT_HEAVY"
-    else:
-        assert not over, (f"{path.name}: visible asserts {share.text()} of main-flow code lines; "
-                          f"move the checks into a cell tagged {reading_time.CHECK_TAG!r}")
+    assert share.share <= reading_time.ASSERT_SHARE_LIMIT, (
+        f"{path.name}: visible asserts {share.text()} of main-flow code lines; "
+        f"move the checks into a cell tagged {reading_time.CHECK_TAG!r}")
