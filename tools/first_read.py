@@ -1,0 +1,85 @@
+"""Write a notebook as a first read shows it: main flow with outputs, folded parts closed.
+
+    python -m tools.first_read notebooks/02_copy_pitfall.ipynb > /tmp/02.md
+    python -m tools.first_read --all OUT_FOLDER      # README plus every lesson, for a reader test
+
+What opens folded (a "Going deeper" or "On a CPU-only machine" part, a <details> block, a
+cell tagged going-deeper, cpu-only or hidden-check) is one line naming it, as JupyterLab shows
+it closed; everything else is the cell and its text outputs. The same rule as
+tools/reading_time.py. Used to hand a newcomer the notebooks as they read them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+from pathlib import Path
+
+import nbformat
+
+from tools import lessons, reading_time
+
+
+def _text(output) -> str:
+    if output.get("output_type") == "stream":
+        return output.get("text", "")
+    if output.get("output_type") == "error":
+        return f"{output.get('ename')}: {output.get('evalue')}\n"
+    data = output.get("data", {})
+    if any(kind.startswith("image/") for kind in data):
+        return "[a figure]\n"
+    return data.get("text/plain", "") + "\n"
+
+
+def first_read(path: Path) -> str:
+    """Return the notebook at ``path`` as Markdown, with what opens folded left closed."""
+    notebook = nbformat.read(path, as_version=4)
+    parts, folded_level = [], None
+    for cell in notebook.cells:
+        tags = set(cell.metadata.get("tags", []))
+        if cell.cell_type == "markdown":
+            for level, text in reading_time.headings(cell.source):
+                if reading_time.is_optional_heading(text):
+                    if folded_level is None or level <= folded_level:
+                        folded_level = level
+                        parts.append(f"{'#' * level} {text}  [folded: closed on a first read]")
+                elif folded_level is not None and level <= folded_level:
+                    folded_level = None
+        if folded_level is not None:
+            continue
+        if cell.cell_type == "markdown":
+            shown, hidden = reading_time._split_details(cell.source)
+            summaries = re.findall(r"<summary>(.*?)</summary>", cell.source, re.S)
+            parts.append(shown.strip())
+            parts += [f"[folded: {re.sub('<[^>]+>', '', s).strip()}]" for s in summaries]
+        elif tags & (reading_time.OPTIONAL_TAGS | {reading_time.CHECK_TAG}):
+            parts.append("[folded code cell]")
+        elif cell.cell_type == "code":
+            outputs = "".join(_text(o) for o in cell.get("outputs", []))
+            if not cell.metadata.get("jupyter", {}).get("source_hidden"):  # quizzes: widget only
+                parts.append(f"```python\n{cell.source}\n```")
+            if outputs.strip():
+                parts.append(f"Output:\n```\n{outputs.rstrip()}\n```")
+    return "\n\n".join(p for p in parts if p) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("notebook", nargs="?")
+    parser.add_argument("--all", metavar="OUT_FOLDER")
+    args = parser.parse_args()
+    if args.all:
+        out = Path(args.all)
+        out.mkdir(parents=True, exist_ok=True)
+        shutil.copy(lessons.ROOT / "README.md", out / "README.md")
+        (out / "docs").mkdir(exist_ok=True)
+        shutil.copy(lessons.ROOT / "docs" / "errors.md", out / "docs" / "errors.md")
+        for path in lessons.lesson_notebooks():
+            (out / f"{path.stem}.md").write_text(first_read(path), encoding="utf-8")
+    else:
+        print(first_read(Path(args.notebook)), end="")
+
+
+if __name__ == "__main__":
+    main()
