@@ -1,8 +1,9 @@
 """Write docs/errors.md, the error index, from its one source, docs/errors.toml.
 
 Each entry of the catalogue is one message a learner meets about devices and checkpoints: the
-message as PyTorch prints it, its causes (most likely first), the fix in plain PyTorch, and
-links to the notebook sections where it happens live. Messages marked ``pending`` (no notebook
+message as PyTorch prints it, its causes (most likely first), each with its own fix in plain
+PyTorch (a catalogue entry with one cause may give one shared ``fix`` instead), and links to the
+notebook sections where it happens live. Messages marked ``pending`` (no notebook
 shows them yet) are left out of the page. tools/build_nav.py writes the page with everything
 else it generates (``make nav``); tests/repo/test_errors_catalogue.py checks the catalogue against
 the notebooks. Usage:
@@ -68,6 +69,65 @@ def _escaped(title: str) -> str:
     return title.replace("<", "&lt;").replace(">", "&gt;")
 
 
+def causes(entry: dict) -> list[dict]:
+    """The entry's causes as ``{"why": ..., "fix": ..., "lang": ...}``, most likely first.
+
+    An ``[[entry.cause]]`` table gives its own fix (code); a plain ``causes`` string has none
+    (the entry's shared ``fix`` applies).
+    """
+    if "cause" in entry:
+        return [{"lang": "python", **cause} for cause in entry["cause"]]
+    return [{"why": why} for why in entry.get("causes", [])]
+
+
+def fix_lines(code: str) -> list[str]:
+    """A fix's lines that count towards its length: not blank, not an import."""
+    return [line for line in code.strip().splitlines()
+            if line.strip() and not line.lstrip().startswith(("import ", "from "))]
+
+
+def problems(entry: dict) -> list[str]:
+    """What breaks the rules of a copy-paste fix, for one entry (empty when it keeps them).
+
+    Every cause has its own fix when there is more than one; a cause's fix is code of one or
+    two lines (imports not counted), with no fence of its own; no fix holds an ellipsis, which
+    a reader cannot paste.
+    """
+    found = []
+    listed = causes(entry)
+    if not listed:
+        found.append("no causes")
+    if "cause" in entry and "causes" in entry:
+        found.append("both `causes` and `[[entry.cause]]`: use one")
+    if "cause" not in entry:
+        if len(listed) > 1:
+            found.append("more than one cause sharing one fix: give each an [[entry.cause]] fix")
+        if not entry.get("fix", "").strip():
+            found.append("no fix")
+    for number, cause in enumerate(listed, 1):
+        if "cause" not in entry:
+            break
+        code = cause.get("fix", "")
+        if not cause.get("why", "").strip():
+            found.append(f"cause {number}: no `why`")
+        if not 1 <= len(fix_lines(code)) <= 2:
+            found.append(f"cause {number}: a fix is one or two lines, not {len(fix_lines(code))}")
+        if "```" in code:
+            found.append(f"cause {number}: the fix is code already, without a fence")
+    for text in [entry.get("fix", "")] + [cause.get("fix", "") for cause in listed]:
+        if "..." in text or "\u2026" in text:
+            found.append(f"an ellipsis in a fix: {text.strip()[:60]!r}")
+    return found
+
+
+def _cause_lines(number: int, cause: dict) -> list[str]:
+    lines = [f"{number}. {cause['why']}"]
+    if cause.get("fix"):
+        fence = [f"```{cause['lang']}", *cause["fix"].strip().splitlines(), "```"]
+        lines += ["", *[f"   {line}" if line else "" for line in fence]]
+    return lines
+
+
 def render(entries: list[dict]) -> str:
     """Return the text of docs/errors.md."""
     listed = [entry for entry in entries if shown(entry)]
@@ -78,10 +138,11 @@ def render(entries: list[dict]) -> str:
         "",
         "Search this page (Ctrl+F, or Cmd+F on a Mac) for a few words of your message, or scan the",
         "list below. Each entry gives the message as PyTorch prints it, the likely causes (most",
-        "likely first), the fix in plain PyTorch, and the notebook section where you can watch it",
-        "happen. The messages were printed by the notebooks' cells or, for what only a GPU shows,",
-        "on a real GPU ([docs/gpu-verification.md](gpu-verification.md)). The exact wording",
-        "changes a little between PyTorch versions: search for the part before the first comma.",
+        "likely first), each with its fix in plain PyTorch to copy, and the notebook section where",
+        "you can watch it happen. The messages were printed by the notebooks' cells or, for what",
+        "only a GPU shows, on a real GPU ([docs/gpu-verification.md](gpu-verification.md)). The",
+        "exact wording changes a little between PyTorch versions: search for the part before the",
+        "first comma.",
         "",
     ]
     for entry in listed:
@@ -90,10 +151,20 @@ def render(entries: list[dict]) -> str:
         lines += ["", f'<a id="{entry["id"]}"></a>', "", f"## {_escaped(entry['title'])}", ""]
         if entry.get("messages"):
             lines += ["```text", *entry["messages"], "```", ""]
-        lines.append("**Most likely causes**")
+        if entry.get("note", "").strip():
+            lines += [entry["note"].strip(), ""]
+        own = "cause" in entry
+        lines.append("**Most likely causes, and the fix for each**" if own else
+                     "**Most likely causes**")
         lines.append("")
-        lines += [f"{number}. {cause}" for number, cause in enumerate(entry["causes"], 1)]
-        lines += ["", "**Fix**", "", entry["fix"].strip(), ""]
+        for number, cause in enumerate(causes(entry), 1):
+            lines += _cause_lines(number, cause)
+            if own:
+                lines.append("")
+        if not own:
+            lines.append("")
+        if entry.get("fix", "").strip():
+            lines += ["**Fix**" if not own else "**And next time**", "", entry["fix"].strip(), ""]
         links = [f"{section_link(where)} ({where['what']})" for where in entry["where"]]
         lines.append("**Watch it happen:** " + "; ".join(links) + ".")
     lines += ["", "---", "[Contents](../README.md#the-notebooks)", ""]

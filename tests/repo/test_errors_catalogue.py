@@ -3,7 +3,7 @@
 Every message is printed by a stored output of a notebook or lab, quoted in one of their
 cells, or recorded from a real GPU run in docs/gpu-verification.md; every link points to a
 notebook heading that exists; every section whose stored outputs raise a device or checkpoint
-error is in the index. Pending messages (no notebook shows them yet) are expected failures:
+error is in the index; every cause has a fix a reader can paste. Pending messages (no notebook shows them yet) are expected failures:
 pytest lists them, and reports XPASS once a cell shows one (then move it to `messages`).
 """
 
@@ -195,13 +195,53 @@ def test_each_entry_has_an_id_a_title_causes_and_a_fix():
     assert len(ids) == len(set(ids))
     for entry in ENTRIES:
         assert re.fullmatch(r"[a-z0-9-]+", entry["id"]), entry["id"]
-        assert entry["title"] and entry["causes"] and entry["fix"].strip(), entry["id"]
+        assert entry["title"] and build_errors.causes(entry), entry["id"]
         assert entry.get("messages") or entry.get("pending") or entry.get("symptom"), entry["id"]
+
+
+def test_every_cause_has_its_own_fix_to_paste():
+    found = {entry["id"]: build_errors.problems(entry) for entry in ENTRIES}
+    assert not {name: wrong for name, wrong in found.items() if wrong}
+
+
+GOOD_CAUSE = {"why": "The input was not moved.", "fix": "x = x.to(device)\n"}
+
+
+@pytest.mark.parametrize(("entry", "complaint"), [
+    ({"causes": ["a", "b"], "fix": "`x = x.to(device)`"}, "more than one cause sharing one fix"),
+    ({"causes": ["a"]}, "no fix"),
+    ({}, "no causes"),
+    ({"cause": [{"why": "a", "fix": "a = 1\nb = 2\nc = 3\n"}]}, "one or two lines, not 3"),
+    ({"cause": [{"why": "a", "fix": ""}]}, "one or two lines, not 0"),
+    ({"cause": [{"why": "", "fix": "x = 1"}]}, "no `why`"),
+    ({"cause": [{"why": "a", "fix": "```python\nx = 1\n```"}]}, "without a fence"),
+    ({"cause": [{"why": "a", "fix": "safe_globals([np.dtype, ...])"}]}, "an ellipsis"),
+    ({"cause": [GOOD_CAUSE], "fix": "DataLoader(..., pin_memory=True)"}, "an ellipsis"),
+    ({"cause": [GOOD_CAUSE], "causes": ["a"]}, "both"),
+])
+def test_a_fix_a_reader_cannot_paste_is_refused(entry, complaint):
+    assert any(complaint in problem for problem in build_errors.problems(entry))
+
+
+def test_a_fix_that_keeps_the_rules_passes_and_imports_do_not_count():
+    with_import = {"why": "a", "fix": "from m import f\nf(state)\nmodel.load_state_dict(state)\n"}
+    assert build_errors.problems({"cause": [GOOD_CAUSE, with_import]}) == []
+    assert build_errors.problems({"causes": ["a"], "fix": "`x = x.to(device)`"}) == []
+
+
+def test_each_cause_is_shown_with_its_fix_as_code_under_it():
+    entry = {"id": "e", "title": "T", "messages": ["M"], "note": "Read it so.",
+             "cause": [GOOD_CAUSE, {"why": "Hidden.", "fix": "unset X", "lang": "bash"}],
+             "where": []}
+    page = build_errors.render([entry])
+    assert ("M\n```\n\nRead it so.\n\n**Most likely causes, and the fix for each**\n\n"
+            "1. The input was not moved.\n\n   ```python\n   x = x.to(device)\n   ```\n\n"
+            "2. Hidden.\n\n   ```bash\n   unset X\n   ```\n") in page
 
 
 def test_the_flat_loss_entry_says_plainly_what_is_not_the_cause_on_cuda():
     (entry,) = [e for e in ENTRIES if e["id"] == "flat-loss-optimizer-before-to"]
-    first = entry["causes"][0]
+    first = build_errors.causes(entry)[0]["why"]
     assert first.startswith("**Not your bug, on CUDA:**") and "same Parameter objects" in first
 
 
@@ -209,3 +249,27 @@ def test_the_readme_sends_a_reader_with_an_error_to_the_index_near_the_top():
     top = (lessons.ROOT / "README.md").read_text(encoding="utf-8").splitlines()[:12]
     assert any("Got an error? Find it here: [docs/errors.md](docs/errors.md)" in line
                for line in top)
+
+
+def _why_and_fix(entry_id: str) -> list[tuple[str, str]]:
+    (entry,) = [e for e in ENTRIES if e["id"] == entry_id]
+    return [(cause["why"], cause.get("fix", "")) for cause in build_errors.causes(entry)]
+
+
+def test_the_numpy_entry_gives_the_complete_allowlists_and_the_route_for_ones_own_file():
+    fixes = " ".join(fix for _, fix in _why_and_fix("weights-only-numpy"))
+    assert "weights_only=False" in fixes and "float(" in fixes  # one's own file
+    for name in ("np._core.multiarray.scalar", '"numpy.core.multiarray.scalar"', "np.dtype,",
+                 "np.dtypes.Float64DType"):
+        assert name in fixes, name
+
+
+def test_the_first_fix_is_the_likeliest_case_a_reader_met():
+    assert _why_and_fix("input-type-weight-type")[0][1].strip().startswith("x = x.to(device)")
+    memory = " ".join(fix for _, fix in _why_and_fix("cuda-out-of-memory"))
+    assert "total_loss += loss.item()" in memory and "with torch.no_grad():" in memory
+    why, fix = _why_and_fix("torch-not-compiled-with-cuda")[0]
+    assert "torch.version.cuda" in fix and "CPU-only build" in why
+    assert any("torch.accelerator" in fix for _, fix in _why_and_fix("torch-not-compiled-with-cuda"))
+    why, fix = _why_and_fix("missing-unexpected-keys")[0]
+    assert "returns `None`" in why and "model.load_state_dict(state)" in fix
