@@ -3,8 +3,9 @@
 Every message is printed by a stored output of a notebook or lab, quoted in one of their
 cells, or recorded from a real GPU run in docs/gpu-verification.md; every link points to a
 notebook heading that exists; every section whose stored outputs raise a device or checkpoint
-error is in the index; every cause has a fix a reader can paste. Pending messages (no notebook shows them yet) are expected failures:
-pytest lists them, and reports XPASS once a cell shows one (then move it to `messages`).
+error is in the index; every cause has a fix a reader can paste. Pending messages (no notebook
+shows them yet) are expected failures: pytest lists them, and reports XPASS once a cell shows
+one (then move it to `messages`).
 """
 
 from __future__ import annotations
@@ -268,8 +269,8 @@ def test_the_first_fix_is_the_likeliest_case_a_reader_met():
     assert _why_and_fix("input-type-weight-type")[0][1].strip().startswith("x = x.to(device)")
     memory = " ".join(fix for _, fix in _why_and_fix("cuda-out-of-memory"))
     assert "total_loss += loss.item()" in memory and "with torch.no_grad():" in memory
-    why, fix = _why_and_fix("torch-not-compiled-with-cuda")[0]
+    (why, fix), (_, device_line) = _why_and_fix("torch-not-compiled-with-cuda")
     assert "torch.version.cuda" in fix and "CPU-only build" in why
-    assert any("torch.accelerator" in fix for _, fix in _why_and_fix("torch-not-compiled-with-cuda"))
+    assert "torch.accelerator" in device_line
     why, fix = _why_and_fix("missing-unexpected-keys")[0]
     assert "returns `None`" in why and "model.load_state_dict(state)" in fix
