@@ -15,16 +15,16 @@ Chromium is Debian's package (``apt-get install chromium``), driven by Playwrigh
 Python through its ``executable_path``; Playwright's own browser download is not used.
 Outside CI a missing Chromium skips this file; with ``CI=true`` it fails.
 
-What it does not run twice: a notebook that starts processes (08's ``utils.torchrun``
-launches: about 20 s of CPU, most of the notebook's time) is served with its cells up to
-its first launch and every widget cell (``utils.quiz``) after it; the launches and the cells
-that read what they wrote are dropped from the copy (see :func:`_browser_copy`). nbval
-already runs every one of those cells, in the same ipykernel from the same environment, and
-compares their outputs with the stored ones, which is stricter than the "no error" this test
-checks. Besides the accelerator rules nbval's kernels add, what differs in this test's kernel
-is the widget mode (``LESSONS_WIDGETS`` unset), which only the widget cells read, and those
-all run here: the test checks that the copy kept every quiz of the tracked notebook and that
-each one renders.
+What it does not run twice: each notebook is served with its cells up to the end of its
+first section (or its first ``utils.torchrun`` launch, in 08) and, after that, its markdown
+and every widget cell (``utils.quiz`` and the explorers); the other code cells are dropped
+from the copy (see :func:`_browser_copy`). nbval already runs every one of those cells, in the
+same ipykernel from the same environment, and compares their outputs with the stored ones,
+which is stricter than the "no error" this test checks; running them here again cost about
+half of this test's time. Besides the accelerator rules nbval's kernels add, what differs in
+this test's kernel is the widget mode (``LESSONS_WIDGETS`` unset), which only the widget
+cells read, and those all run here: the test checks that the copy kept every quiz of the
+tracked notebook and that each one renders.
 
 The scenario explorer and the placement viewer are clicked in a scratch notebook written
 into the server's temporary folder (never committed), since notebooks 03-05 do not show
@@ -112,16 +112,15 @@ def _quizzes(sources: list[str]) -> int:
 
 
 def _browser_copy(tracked: Path, copy: Path) -> None:
-    """Write the notebook this test runs: ``tracked`` itself, or less of it if it launches.
-
-    A notebook with a ``utils.torchrun(`` cell keeps its cells up to the first launch, then
-    only the markdown and the widget cells (module docstring: why that is no loss).
-    """
+    """Write the notebook this test runs: ``tracked`` up to the end of its first section (or
+    its first launch), then only its markdown and its widget cells (module docstring: why that
+    is no loss)."""
     notebook = nbformat.read(tracked, as_version=4)
     code = [cell for cell in notebook.cells if cell.cell_type == "code"]
     first = next((notebook.cells.index(c) for c in code if LAUNCH in c.source), None)
-    if first is None:
-        return
+    second = next((i for i, c in enumerate(notebook.cells)
+                   if c.cell_type == "markdown" and c.source.lstrip().startswith("## 2.")), None)
+    first = min(i for i in (first, second, len(notebook.cells)) if i is not None)
     notebook.cells = notebook.cells[:first] + [
         cell for cell in notebook.cells[first:]
         if cell.cell_type != "code" or any(call in cell.source for call in WIDGET_CALLS)]
@@ -275,8 +274,15 @@ FINISHED_JS = """path => { const panel = (""" + PANEL_JS + """)(path);
 
 # Rendering a widget view is asynchronous (the front end asks the kernel for the model's
 # state): wait until the quizzes are all on the page or a widget failed to render.
-QUIZZES_JS = """n => document.querySelectorAll('.lessons-quiz').length >= n
-  || document.body.textContent.includes('Error displaying widget')"""
+QUIZZES_JS = """n => document.querySelectorAll(CURRENT + ' .lessons-quiz').length >= n
+  || document.body.textContent.includes('Error displaying widget')""".replace(
+    "CURRENT", "'[data-lessons-current]'")
+
+# Mark the notebook under test, so that quizzes of a notebook still closing are not counted.
+CURRENT = "[data-lessons-current]"
+MARK_JS = """path => { document.querySelectorAll('[data-lessons-current]')
+    .forEach(node => node.removeAttribute('data-lessons-current'));
+  (""" + PANEL_JS + """)(path).node.setAttribute('data-lessons-current', ''); }"""
 
 CELLS_JS = """path => (""" + PANEL_JS + """)(path).content.widgets
   .filter(c => c.model.type === 'code').map(c => ({
@@ -344,15 +350,19 @@ def test_notebook_runs_all_in_jupyterlab_with_widgets_rendered(browser_page, not
         tracked = nbformat.read(notebook, as_version=4).cells
         quizzes = _quizzes([cell.source for cell in tracked if cell.cell_type == "code"])
         assert _quizzes([cell["source"] for cell in cells]) == quizzes, "a quiz did not run"
+        page.evaluate(MARK_JS, _path(notebook))
         with contextlib.suppress(PlaywrightTimeout):  # the assert below says what is missing
             page.wait_for_function(QUIZZES_JS, arg=quizzes, timeout=WAIT_MS, polling=100)
         assert page.locator("text=Error displaying widget").count() == 0
-        assert page.locator(".lessons-quiz").count() == quizzes, "a quiz did not render"
+        assert page.locator(f"{CURRENT} .lessons-quiz").count() == quizzes, "a quiz did not render"
 
         quiz = _first_quiz_call([cell["source"] for cell in cells])
         if quiz:
             choices, answer, explanations = quiz
-            first = page.locator(".lessons-quiz").first
+            # The first quiz may sit in a folded part: unfold them all, as a reader would.
+            page.evaluate("() => window.jupyterapp.commands.execute("
+                          "'notebook:expand-all-headings')")
+            first = page.locator(f"{CURRENT} .lessons-quiz").first
             first.scroll_into_view_if_needed()
             first.locator(".lessons-quiz-choice").first.click()
             feedback = first.locator(".lessons-quiz-feedback")
