@@ -385,7 +385,7 @@ class Findings(list):
         for i, finding in enumerate(self, 1):
             if first is not None and _same_container(self[first - 1], finding):
                 lines.append(f"{i}. {finding.name} ({finding.kind}) is on {finding.device} "
-                             f"too: the reason and the fix of {first}.")
+                             f"too: same reason and fix as {first}.")
                 continue
             first = i
             lines.append(f"{i}. {finding}")

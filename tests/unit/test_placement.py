@@ -181,10 +181,10 @@ def test_printed_findings_give_the_reason_and_fix_once_per_container():
     heads = [line for line in lines if ". heads." in line]
     assert len(heads) == 4 and "Fix: hold the modules in nn.ModuleList" in heads[0]
     first = heads[0].split(".", 1)[0]
-    assert all(line.endswith(f"too: the reason and the fix of {first}.") for line in heads[1:])
+    assert all(line.endswith(f"too: same reason and fix as {first}.") for line in heads[1:])
     experts = [line for line in lines if ". experts." in line]  # another container: its own
     assert "Fix: hold the modules in nn.ModuleDict" in experts[0]
-    assert experts[1].endswith(f"the fix of {experts[0].split('.', 1)[0]}.")
+    assert experts[1].endswith(f"fix as {experts[0].split('.', 1)[0]}.")
     assert sum("Fix:" in line for line in lines) == len(lines) - 4  # 3 heads + 1 expert said once
 
 
