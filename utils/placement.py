@@ -323,9 +323,7 @@ def _fix(placement: Placement) -> str:
                 f"(or a property that returns it) when you need it")
     if placement.kind == TENSOR_ATTRIBUTE:
         return (f"a constant becomes a buffer: self.register_buffer({leaf!r}, tensor) in "
-                f"__init__ (persistent=False keeps it out of state_dict); only a tensor to "
-                f"train becomes an nn.Parameter (even with requires_grad=False, a Parameter "
-                f"is listed in parameters(), so an optimizer gets it)")
+                f"__init__; a tensor to train becomes an nn.Parameter")
     if placement.kind in (IN_LIST, IN_TUPLE, IN_SET):
         return ("keep trainable tensors in nn.ParameterList; otherwise register each one "
                 "with register_buffer, or create it in forward with device=x.device")
@@ -346,8 +344,8 @@ def _why(placement: Placement) -> str:
         return "a plain tensor attribute is not registered, so Module.to does not see it"
     if placement.kind in (IN_LIST, IN_TUPLE, IN_SET, IN_DICT):
         return "Module.to does not look inside Python lists, tuples, sets or dicts"
-    return ("the module holding it sits in a plain Python container, so it is not a "
-            "submodule: not in parameters(), not in state_dict, not moved")
+    return ("a module in a plain container is not a submodule: not moved, and not in "
+            "parameters() or state_dict")
 
 
 @dataclass(frozen=True)
@@ -383,10 +381,26 @@ class Findings(list):
             return (f"No findings: every tensor ends up on {self.target} after "
                     f".to({str(self.target)!r}).")
         lines = [f"{len(self)} finding(s) for {self.target}:"]
-        lines += [f"{i}. {finding}" for i, finding in enumerate(self, 1)]
+        first = None  # the first finding of a run that shares one container, reason and fix
+        for i, finding in enumerate(self, 1):
+            if first is not None and _same_container(self[first - 1], finding):
+                lines.append(f"{i}. {finding.name} ({finding.kind}) is on {finding.device} "
+                             f"too: same reason and fix as {first}.")
+                continue
+            first = i
+            lines.append(f"{i}. {finding}")
         return "\n".join(lines)
 
     __repr__ = __str__
+
+
+def _same_container(first: Finding, later: Finding) -> bool:
+    """Whether ``later`` is left behind in the same container as ``first``, for the same reason
+    and with the same fix, so that a printout can say it once (``heads.0.*`` and ``heads.1.*``)."""
+    return (not first.moved_by_to and not later.moved_by_to
+            and first.name.split(".")[0] == later.name.split(".")[0]
+            and (first.kind, first.device, first.why, first.fix)
+            == (later.kind, later.device, later.why, later.fix))
 
 
 def _target_device(device: str | torch.device) -> torch.device:

@@ -163,7 +163,7 @@ def test_fix_for_a_plain_tensor_attribute_makes_a_constant_a_buffer_not_a_parame
     """Both fixes move with .to; only the Parameter (even frozen) reaches parameters()."""
     message = {f.name: str(f) for f in utils.audit(Block(), "meta")}["scale"]
     assert "a constant becomes a buffer" in message
-    assert "requires_grad=False" in message and "parameters()" in message
+    assert "a tensor to train becomes an nn.Parameter" in message
     with_buffer, with_frozen = nn.Module(), nn.Module()
     with_buffer.register_buffer("scale", torch.ones(3))
     with_frozen.scale = nn.Parameter(torch.ones(3), requires_grad=False)
@@ -171,6 +171,21 @@ def test_fix_for_a_plain_tensor_attribute_makes_a_constant_a_buffer_not_a_parame
         assert module.to("meta").scale.is_meta  # both are moved by Module.to
     assert list(with_buffer.parameters()) == []
     assert [name for name, _ in with_frozen.named_parameters()] == ["scale"]
+
+
+def test_printed_findings_give_the_reason_and_fix_once_per_container():
+    model = Block()
+    model.heads.append(nn.Linear(3, 1))  # heads.0.* and heads.1.*: one container, four tensors
+    findings = utils.audit(model.to("meta"), "meta")
+    lines = str(findings).splitlines()[1:]
+    heads = [line for line in lines if ". heads." in line]
+    assert len(heads) == 4 and "Fix: hold the modules in nn.ModuleList" in heads[0]
+    first = heads[0].split(".", 1)[0]
+    assert all(line.endswith(f"too: same reason and fix as {first}.") for line in heads[1:])
+    experts = [line for line in lines if ". experts." in line]  # another container: its own
+    assert "Fix: hold the modules in nn.ModuleDict" in experts[0]
+    assert experts[1].endswith(f"fix as {experts[0].split('.', 1)[0]}.")
+    assert sum("Fix:" in line for line in lines) == len(lines) - 4  # 3 heads + 1 expert said once
 
 
 def test_audit_of_a_fixed_model_has_no_findings():
