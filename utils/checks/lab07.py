@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import functools
 import math
+from collections import Counter
 from collections.abc import Callable
 
 import torch
 from torch import nn
+from torch.overrides import TorchFunctionMode
 
 from utils.checks.feedback import FAILED, PASSED, Feedback, attempt, device_name
 from utils.footprint import footprint
@@ -73,22 +75,91 @@ def _slow_result() -> float:
     return train_slow(*lab07_model("cpu"), *lab07_data(), torch.device("cpu"), 8)
 
 
+class _HostReads(TorchFunctionMode):
+    """Counts the Python-level calls that read a tensor on the host, by name (``item``,
+    ``__float__``, ``__bool__``...): the ledger sees their wait, this says which one it was."""
+
+    NAMES = {"item": "`.item()`", "__float__": "`float(loss)`", "__int__": "`int(...)`",
+             "__bool__": "an `if` on a tensor (or `bool(t)`)", "tolist": "`.tolist()`",
+             "numpy": "`.numpy()`", "__format__": "formatting a tensor (an f-string)"}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.counts: Counter = Counter()
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        name = getattr(func, "__name__", "")
+        if name in self.NAMES and args and isinstance(args[0], torch.Tensor) \
+                and args[0].device.type != "cpu":
+            self.counts[name] += 1
+        return func(*args, **(kwargs or {}))
+
+
+@functools.cache
+def _slow_losses(weighted: bool) -> tuple[float, ...]:
+    """The 8 per-step losses of the slow loop on the CPU, with or without the class weights."""
+    model, optimizer = lab07_model("cpu")
+    features, labels = lab07_data()
+    weight = torch.tensor(LAB07_CLASS_WEIGHTS) if weighted else None
+    losses = []
+    for step in range(8):
+        rows = slice(step * _BATCH, (step + 1) * _BATCH)
+        loss = nn.functional.cross_entropy(model(features[rows]), labels[rows], weight=weight)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return tuple(losses)
+
+
+def _why_result(value: float) -> str:
+    """Why a loop's result differs from the slow loop's, when it matches a known mistake."""
+    losses, unweighted = _slow_losses(True), _slow_losses(False)
+    known = [(sum(losses), " That is the sum: divide by the number of steps."),
+             (sum(unweighted) / 8, " That is the mean without the class weights: pass "
+                                   "weight=weights to the loss, as the slow loop does."),
+             (losses[-1], " That is the last step's loss alone: return the mean over all "
+                          "the steps."),
+             (losses[0], " That is the first step's loss alone: return the mean over all "
+                         "the steps.")]
+    for number, why in known:
+        if math.isclose(value, number, rel_tol=1e-5):
+            return why
+    return (" Keep everything the loop computes: the same batches in the same order, the "
+            "class weights in the loss, and the mean over the steps.")
+
+
 def _traffic(train: Callable, device: torch.device, steps: int):
-    """Run ``train`` for ``steps`` steps under a ledger; return (ledger, result, problem)."""
+    """Run ``train`` for ``steps`` steps under a ledger; return (ledger, result, problem),
+    the ledger with ``reads``: the host reads by name."""
     model, optimizer = lab07_model(device)
     features, labels = lab07_data()
-    with Ledger() as ledger:
+    reads = _HostReads()
+    with Ledger() as ledger, reads:
         result, problem = attempt("Exercise 1", train, model, optimizer, features, labels,
                                   device, steps)
+    ledger.reads = reads.counts
     return ledger, result, problem
 
 
 def _as_number(result) -> float | None:
     if isinstance(result, torch.Tensor) and result.numel() == 1 and result.device.type == "cpu":
         return float(result)
+    result = _plain(result)
     if isinstance(result, (int, float)) and not isinstance(result, bool):
         return float(result)
     return None
+
+
+def _plain(value: object) -> object:
+    """A NumPy number (``np.int64``, ``np.float32``, a 0-d array) as the Python number it
+    holds; a one-element CPU tensor as its number; anything else unchanged."""
+    if isinstance(value, torch.Tensor):
+        return value.item() if value.numel() == 1 and value.device.type != "meta" else value
+    if type(value).__module__ == "numpy" and getattr(value, "shape", None) in ((), (1,)):
+        item = value.item() if hasattr(value, "item") else value
+        return item if isinstance(item, (int, float)) and not isinstance(item, bool) else value
+    return value
 
 
 def _explain_raise(problem: Feedback, device: torch.device) -> Feedback:
@@ -125,10 +196,7 @@ def check_fast_training(train: Callable, other: str | torch.device = "meta") -> 
         return Feedback(exercise, FAILED, f"train returned {type(result).__name__}; return the "
                                           "mean loss as a Python float.")
     if not math.isclose(value, expected, rel_tol=1e-5):
-        hint = (" That is the sum: divide by the number of steps." if
-                math.isclose(value, expected * 8, rel_tol=1e-5) else
-                " Keep everything the loop computes: the same batches in the same order, the "
-                "class weights in the loss, and the mean over the steps.")
+        hint = _why_result(value)
         return Feedback(exercise, FAILED, f"train returned {value:.6f}, but the slow loop "
                                           f"gives {expected:.6f}: the fix changed the result."
                                           f"{hint}")
@@ -148,13 +216,47 @@ def _on_device(exercise: str) -> Feedback:
                                       "after the loop: return `total.item() / steps`.")
 
 
+def _copy_kind(copy) -> str:
+    """How a copy came about: 'back' (to the host), a factory's name, 'index', or 'to'."""
+    if copy.target.type == "cpu":
+        return "back"
+    if copy.implicit and copy.operation in ("tensor", "as_tensor", "asarray", "new_tensor"):
+        return copy.operation
+    return "index" if copy.implicit else "to"
+
+
+def _extra_copies(short: Ledger, long: Ledger) -> Counter:
+    """The copies the 4 extra steps made, counted by (bytes, kind)."""
+    return (Counter((c.bytes, _copy_kind(c)) for c in long.copies)
+            - Counter((c.bytes, _copy_kind(c)) for c in short.copies))
+
+
+def _copied_each_step(extra: Counter, steps: int) -> str:
+    """What each extra step copies, named by size: 'features, 32.0 KiB; labels, 4.0 KiB'."""
+    features, labels = lab07_data()
+    names = {features.nbytes: "features, all 512 rows", labels.nbytes: "labels, all 512 rows",
+             features[:_BATCH].nbytes: "a batch of features",
+             labels[:_BATCH].nbytes: "a batch of labels",
+             4 * len(LAB07_CLASS_WEIGHTS): "the class weights"}
+    parts = []
+    for (size, kind), count in sorted(extra.items(), reverse=True):
+        name = {"back": "a result, to the host", "index": "a CPU index tensor"}.get(
+            kind, names.get(size, "a tensor"))
+        each = count / steps
+        parts.append(f"{name}, {format_bytes(size)}" + ("" if each == 1 else f" x{each:g}"))
+    total = sum(size * count for (size, _), count in extra.items()) / steps
+    if not parts:
+        return "nothing"
+    return "; ".join(parts) + (f": {format_bytes(total)} a step" if len(parts) > 1 else
+                               " a step")
+
+
 def _judge_traffic(short: Ledger, long: Ledger, other: torch.device) -> Feedback:
     exercise = "Exercise 1"
     steps = 4
-    extra_bytes = (long.bytes_moved - short.bytes_moved) / steps
     extra_waits = (len(long.waits) - len(short.waits)) / steps
-    extra_copies = (len(long.copies) - len(short.copies)) / steps
-    if extra_copies == 0 and extra_waits == 0:  # moving only the rows it needs, once, is fine
+    extra = _extra_copies(short, long)
+    if not extra and extra_waits == 0:  # moving only the rows it needs, once, is fine
         return Feedback(exercise, PASSED,
                         f"same result, and each step now makes 0 copies and waits 0 times on "
                         f"{device_name(other)}; what is left happens once, around the loop: "
@@ -163,25 +265,44 @@ def _judge_traffic(short: Ledger, long: Ledger, other: torch.device) -> Feedback
     dataset = features.nbytes + labels.nbytes
     batch = (features.nbytes + labels.nbytes) * _BATCH // _ROWS
     weights = 4 * len(LAB07_CLASS_WEIGHTS)
+    moved = sum(size * n for (size, kind), n in extra.items() if kind == "to") / steps
+    seen = _copied_each_step(extra, steps)
     problems = []
-    if extra_copies == 0:
-        extra_bytes = 0.0  # more rows moved once, before the loop: not a per-step cost
-    if extra_bytes >= dataset:
-        problems.append("it still copies the whole dataset every step: move `features` and "
-                        "`labels` to the device once, before the loop, and slice batches there")
-    elif extra_bytes >= batch:
-        problems.append(f"it copies each batch every step ({format_bytes(batch)} a step). That "
+    if moved >= dataset:
+        problems.append(f"it still copies the whole dataset every step ({seen}): move "
+                        "`features` and `labels` to the device once, before the loop, and "
+                        "slice batches there")
+    elif moved >= batch:
+        problems.append(f"it copies each batch every step ({seen}). That "
                         "is the right pattern for data that does not fit on the device; this "
                         f"dataset is {format_bytes(dataset)}, so move it once, before the loop")
-    if extra_bytes % batch == weights or extra_bytes == weights:
+    factories = sorted({kind for (size, kind) in extra if size == weights
+                        and kind in ("tensor", "as_tensor", "asarray", "new_tensor")})
+    if factories:
+        made = " and ".join(f"`torch.{k}(..., device=device)`" if k != "new_tensor"
+                            else "`new_tensor(...)`" for k in factories)
+        problems.append(f"it builds the class weights with {made} every step, which fills "
+                        f"a CPU tensor and then copies it ({format_bytes(weights)} a step): "
+                        "build them once, before the loop")
+    elif any(size == weights and kind == "to" for size, kind in extra):
         problems.append("it makes the class weights on the CPU every step and copies them "
-                        "(`torch.tensor(..., device=device)` also builds on the host, then "
-                        "copies): make them once, before the loop, with device=device")
+                        f"with `.to(device)` ({format_bytes(weights)} a step): make them once, "
+                        "before the loop, with device=device")
+    if any(kind == "index" for _, kind in extra):
+        problems.append("it indexes device tensors with a CPU tensor every step, which PyTorch "
+                        "copies to the device for you: make the index with device=device, or "
+                        "slice with a range (`features[start:start + 32]`)")
+    if any(kind == "back" for _, kind in extra):
+        problems.append("it copies a result back to the host every step (`.cpu()`, "
+                        "`.to('cpu')`), and the host waits for it: keep the running total on "
+                        "the device and read it once, after the loop")
+    reads = long.reads - short.reads
     item_waits = sum(1 for w in long.waits if w.why.startswith(".item()")) - sum(
         1 for w in short.waits if w.why.startswith(".item()"))
-    if item_waits > 0:
-        problems.append("it reads the loss on the host every step (`.item()`, `float(loss)`): "
-                        "the host waits for the device each time. Sum on the device, "
+    if item_waits > 0 and not any(kind == "back" for _, kind in extra):
+        how = " and ".join(_HostReads.NAMES[name] for name in reads) or "`.item()`, `float(loss)`"
+        problems.append(f"it reads a value on the host every step ({how}): the host waits "
+                        "for the device each time. Sum on the device, "
                         "`total += loss.detach()`, and call `.item()` once, after the loop")
     other_waits = extra_waits - item_waits / steps
     if other_waits > 0 and not problems:
@@ -189,8 +310,7 @@ def _judge_traffic(short: Ledger, long: Ledger, other: torch.device) -> Feedback
                          or {w.why for w in long.waits})
         problems.append(f"the host still waits every step: {'; '.join(reasons)}")
     if not problems:
-        problems.append(f"each step still moves {format_bytes(extra_bytes)} and waits "
-                        f"{extra_waits:g} times")
+        problems.append(f"each step still copies {seen} and waits {extra_waits:g} times")
     return Feedback(exercise, FAILED, "the result is right, but " + "; and ".join(problems) + ".")
 
 
@@ -246,8 +366,7 @@ def check_adam_bytes(adam_bytes: Callable) -> Feedback:
         predicted, problem = attempt(exercise, adam_bytes, model)
         if problem is not None:
             return problem
-        if isinstance(predicted, torch.Tensor) and predicted.numel() == 1:
-            predicted = predicted.item()
+        predicted = _plain(predicted)
         if not isinstance(predicted, (int, float)) or isinstance(predicted, bool):
             return Feedback(exercise, FAILED, f"adam_bytes returned {type(predicted).__name__};"
                                               " return a number of bytes.")
@@ -366,6 +485,8 @@ def check_largest_batch(largest_batch: Callable) -> Feedback:
         answer, problem = attempt(exercise, largest_batch, model, 64, budget)
         if problem is not None:
             return problem
+        if not isinstance(answer, torch.Tensor) or not answer.is_floating_point():
+            answer = _plain(answer)
         truth = largest_batch_reference(model, 64, budget)
         if isinstance(answer, bool) or not isinstance(answer, int):
             return Feedback(exercise, FAILED, f"largest_batch returned {answer!r}; return a "
@@ -379,6 +500,34 @@ def check_largest_batch(largest_batch: Callable) -> Feedback:
                                       "exactly and the one where not even one row fits.")
 
 
+#: Footprints of other steps than the exercise's (Adam training), and what counting them means.
+_OTHER_STEPS = (
+    ({"optimizer": None},
+     "That is the largest batch for a step that keeps no optimizer state (optimizer=None, or "
+     "plain SGD, which keeps none); the exercise's step uses Adam, utils.footprint's default, "
+     "whose two running averages per parameter count too: leave optimizer= out."),
+    ({"training": False, "optimizer": None},
+     "That is the largest batch for inference (training=False: no gradients, nothing saved "
+     "for backward); the exercise asks for a training step with Adam."),
+)
+
+
+def _largest_with(model: nn.Module, budget: float, **options) -> int:
+    """The largest batch whose step, as ``footprint(..., **options)`` counts it, fits."""
+    def total(rows: int) -> int:
+        return footprint(model, torch.zeros(rows, 64), **options).total
+
+    if total(1) > budget:
+        return 0
+    low, high = 1, 2
+    while total(high) <= budget and high < 2**20:
+        low, high = high, high * 2
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if total(middle) <= budget else (low, middle)
+    return low
+
+
 def _why_batch(model: nn.Module, answer: int, truth: int, budget: float) -> str:
     if truth == 0:
         return ("Not even one row fits this budget: the weights, gradients and Adam's state "
@@ -389,6 +538,9 @@ def _why_batch(model: nn.Module, answer: int, truth: int, budget: float) -> str:
     if answer == truth - 1 and _total(model, truth, 64) == budget:
         return ("A batch that fills the budget exactly fits: compare with <=, not <.")
     if answer > truth:
+        for options, why in _OTHER_STEPS:
+            if answer == _largest_with(model, budget, **options):
+                return why
         fixed = footprint(model, torch.zeros(1, 64))
         weights_only = fixed.parameters + fixed.gradients + fixed.optimizer_state
         if budget >= weights_only and answer > 2 * truth:
