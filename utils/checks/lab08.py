@@ -16,6 +16,7 @@ import inspect
 import io
 import json
 import os
+import re
 import textwrap
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -118,15 +119,17 @@ class _Forbidden(BaseException):
 
 
 def _attempt_within(exercise: str, function: Callable, *args,
-                    limit_s: float = CALL_LIMIT_S) -> tuple[object, Feedback | None, bool]:
+                    limit_s: float | None = None) -> tuple[object, Feedback | None, bool]:
     """:func:`attempt` with a time limit: return (result, problem, stopped).
 
     ``stopped`` is True when a simulated call raised :class:`_Forbidden` (the check saw what
-    it needed). A function still running after ``limit_s`` gets a failed Feedback; its
+    it needed). A function still running after ``limit_s`` (default :data:`CALL_LIMIT_S`)
+    gets a failed Feedback; its
     thread is left to finish on its own (a daemon: it cannot keep the kernel alive).
     """
     import threading
 
+    limit_s = CALL_LIMIT_S if limit_s is None else limit_s
     box: dict[str, object] = {}
 
     def run() -> None:
@@ -293,7 +296,7 @@ def _setup_problem(exercise: str, calls: list[tuple[str, object]],
         return Feedback(exercise, FAILED,
                         "your function created a tensor on the GPU. It only needs to pick "
                         "the device and call set_device; make tensors after it returns.")
-    if "has not been initialized" in problem.message or "process group" in problem.message:
+    if "has not been initialized" in problem.message or "Default process group" in problem.message:
         return Feedback(exercise, FAILED,
                         "your function asked the process group (dist.get_rank() or similar), "
                         "which does not exist yet: setup_device runs before "
@@ -450,6 +453,12 @@ def check_rank_aware_load(load_for_this_rank: Callable, folder: str = "scratch_l
         _, problem, _ = _attempt_within(exercise, load_for_this_rank, path,
                                         torch.device("cuda", 1))
     if problem is not None and not seen:
+        if "UnpicklingError" in problem.message:
+            return Feedback(exercise, FAILED, "your function did not call torch.load, and "
+                                              "pickle.load cannot read the file "
+                                              f"({problem.message.split('`')[1]}): a checkpoint "
+                                              "holds tensors in torch.save's format. Use "
+                                              "torch.load(path, map_location=device).")
         return problem
     if not seen:
         return Feedback(exercise, FAILED, "your function did not call torch.load.")
@@ -478,12 +487,22 @@ def check_rank_aware_load(load_for_this_rank: Callable, folder: str = "scratch_l
         return Feedback(exercise, FAILED, "you mapped to cuda:RANK (cuda:5), which does not "
                                           "exist on a 4-GPU machine: use the device passed in "
                                           "(cuda:LOCAL_RANK).")
+    if target == "cuda":
+        return Feedback(exercise, FAILED, "map_location='cuda' means the current GPU, which is "
+                                          "this process's own only if set_device ran before; "
+                                          "pass the device you were given: "
+                                          "map_location=device.")
     if target not in ("cuda:1", "cpu", "callable"):
         return Feedback(exercise, FAILED, f"the file would load onto {target}; this process's "
                                           "device is cuda:1.")
-    loaded, problem, _ = _attempt_within(exercise, load_for_this_rank, path, torch.device("cpu"))
+    with mock.patch.dict(os.environ, CLUSTER_ENV):  # launched by torchrun, here too
+        loaded, problem, _ = _attempt_within(exercise, load_for_this_rank, path,
+                                             torch.device("cpu"))
     if problem is not None:
         return problem
+    if loaded is None:
+        return Feedback(exercise, FAILED, "your function returned None: return what torch.load "
+                                          "gave you (`return torch.load(...)`).")
     model = loaded.get("model") if isinstance(loaded, dict) else None
     if not isinstance(model, dict) or set(model) != set(expected):
         return Feedback(exercise, FAILED, "return the whole loaded checkpoint (a dict with "
@@ -660,23 +679,25 @@ def _judge_save(index: int, results: dict[int, dict]) -> Feedback:
     exercise = "Exercise 3"
     if len(results) != 2:
         return Feedback(exercise, FAILED, "the worker script did not finish on both ranks.")
-    errors = {rank: r["error"] for rank, r in results.items() if r["error"]}
+    errors = {rank: r["error"] for rank, r in results.items()
+              if r["error"] and not r["gave_up"]}  # not the check's own barrier timing out
     if any(e == "NotImplementedError" for e in errors.values()):
         return not_attempted(exercise)
-    barriers = {rank: r["barriers"] for rank, r in results.items()}
-    if len(set(barriers.values())) > 1:
-        called = [rank for rank, n in barriers.items() if n == max(barriers.values())]
-        missing = [rank for rank, n in barriers.items() if n < max(barriers.values())]
-        return Feedback(exercise, FAILED,
-                        f"{_ranks(called)} called dist.barrier() and {_ranks(missing)} did not, "
-                        "so the barrier waited for a rank that never came (here the check gave "
-                        "up after a few seconds; a real job hangs until the process group's "
-                        "timeout). A barrier inside `if rank == 0:` does this: call it on every "
-                        "rank, after the `if`.")
     if errors:
         rank, error = sorted(errors.items())[0]
         return Feedback(exercise, FAILED, f"on rank {rank} your function raised `{error}`. "
                                           "Fix that line, run its cell, then this check again.")
+    barriers = {rank: r["barriers"] for rank, r in results.items()}
+    if len(set(barriers.values())) > 1:
+        called = [rank for rank, n in barriers.items() if n == max(barriers.values())]
+        missing = [rank for rank, n in barriers.items() if n < max(barriers.values())]
+        where = ("A barrier inside `if rank == 0:`" if called == [0] else
+                 "A barrier only on the ranks that do not save (in the `else`)")
+        return Feedback(exercise, FAILED,
+                        f"{_ranks(called)} called dist.barrier() and {_ranks(missing)} did not, "
+                        "so the barrier waited for a rank that never came (here the check gave "
+                        "up after a few seconds; a real job hangs until the process group's "
+                        f"timeout). {where} does this: call it on every rank, after the `if`.")
     savers = sorted(rank for rank, r in results.items() if r["saves"])
     if results[0]["dcp"] or results[1]["dcp"]:
         return Feedback(exercise, FAILED,
@@ -718,18 +739,24 @@ def _judge_save(index: int, results: dict[int, dict]) -> Feedback:
                         "cannot load it. Save ddp.module.state_dict() or "
                         "get_model_state_dict(ddp).")
     reader = results[1]
-    if barriers[1] == 0 and reader["slept"] > 0:
-        return Feedback(exercise, FAILED,
-                        f"rank 1 waited with time.sleep ({reader['slept']:g} s in all) instead "
-                        "of a barrier: a guess, too short on a slower disk and wasted on a "
-                        "fast one. dist.barrier() after the save, on every rank, waits exactly "
-                        "as long as rank 0 needs.")
     if barriers[1] == 0 and reader["polls"] > 0:
         return Feedback(exercise, FAILED,
                         "rank 1 polled for the file (os.path.exists or similar) instead of "
                         "waiting at a barrier: a file exists as soon as rank 0 starts writing "
                         "it, so rank 1 can read half of it, and the poll never ends if rank 0 "
                         "fails. Call dist.barrier() after the save, on every rank.")
+    if barriers[1] == 0 and reader["slept"] > 0:
+        return Feedback(exercise, FAILED,
+                        f"rank 1 waited with time.sleep ({reader['slept']:g} s in all) instead "
+                        "of a barrier: a guess, too short on a slower disk and wasted on a "
+                        "fast one. dist.barrier() after the save, on every rank, waits exactly "
+                        "as long as rank 0 needs.")
+    if barriers[1] and (not reader["found"]
+                        or any(str(k).startswith("unreadable") for k in reader["keys"])):
+        return Feedback(exercise, FAILED,
+                        "every rank reached the barrier, but rank 1 still found no finished "
+                        "file when your function returned: the barrier came before rank 0's "
+                        "save. Put dist.barrier() after the save (and after the `if`).")
     if not reader["found"] or any(str(k).startswith("unreadable") for k in reader["keys"]):
         return Feedback(exercise, FAILED,
                         "rank 1 returned from your function before rank 0 had finished writing, "
@@ -847,8 +874,6 @@ def _plain_errors(function: Callable, texts: list[str]) -> Callable:
 
 def _keys_in(text: str, kind: str) -> list[str]:
     """The keys ``load_state_dict``'s message lists after ``kind`` ('Missing', 'Unexpected')."""
-    import re
-
     found = re.search(kind + r' key\(s\) in state_dict: (.*?)\.\s*(?:\n|$|Unexpected|size)',
                       text, re.S)
     return re.findall(r'"([^"]+)"', found.group(1)) if found else []
@@ -925,11 +950,27 @@ def check_load_sharded(load_sharded: Callable, folder: str = "scratch_lab08") ->
         refused = _load_state_dict_problem(exercise, full)
         if refused is not None:
             return refused
-        if "Missing key" in full or "model." in full:
+        if "init_process_group" in full or "environment variable" in full:
             return Feedback(exercise, FAILED,
-                            "the keys did not match: the processes saved {'model': state_dict}, "
-                            "so the checkpoint's keys start with 'model.'. Pass "
-                            "{'model': model.state_dict()} to dcp.load.")
+                            "your function tried to start a process group. None is needed: "
+                            "dcp.load reads a checkpoint in one process, without one.")
+        if "failed reading zip archive" in full or ".distcp" in full:
+            return Feedback(exercise, FAILED,
+                            "a .distcp file holds one rank's pieces in DCP's own format, not a "
+                            "torch.save file. Load the whole folder with dcp.load(state, "
+                            "checkpoint_id=folder).")
+        if "metadata" in full and "No such file or directory" in full:
+            return Feedback(exercise, FAILED,
+                            "dcp.load found no checkpoint where you pointed it (no .metadata "
+                            "file there): pass the folder you were given, "
+                            "checkpoint_id=folder.")
+        missing = re.search(r"Missing key in checkpoint state_dict: ([\w.]+?)\.?$", full, re.M)
+        if missing or "Missing key" in full or "model." in full:
+            key = f" (it looked for {missing.group(1)!r})" if missing else ""
+            return Feedback(exercise, FAILED,
+                            f"dcp.load did not find the keys you asked for{key}: the processes "
+                            "saved {'model': state_dict}, so the checkpoint's keys start with "
+                            "'model.'. Pass {'model': model.state_dict()} to dcp.load.")
         return problem
     if all(torch.equal(t, expected[k]) for k, t in model.state_dict().items()):
         return Feedback(exercise, PASSED, "two processes' shards, loaded into one model with no "
