@@ -520,7 +520,7 @@ def check_rank_aware_load(load_for_this_rank: Callable, folder: str = "scratch_l
 
 #: How long a barrier in the learner's function waits for the other rank, beyond rank 0's slow
 #: save, before the check says who never came (a real barrier would wait until its timeout).
-BARRIER_GRACE_S = 3.0
+BARRIER_GRACE_S = 2.0
 #: The time limit of one launch of the worker script (torchrun and both processes).
 LAUNCH_LIMIT_S = 60.0
 
@@ -644,7 +644,7 @@ def _renamed_source(function: Callable, name: str) -> str:
     return ast.unparse(tree)
 
 
-def _run_workers(folder: Path, functions: list[Callable], slow_s: float | Sequence[float] = 2.0,
+def _run_workers(folder: Path, functions: list[Callable], slow_s: float | Sequence[float] = 1.5,
                  timeout_s: float = LAUNCH_LIMIT_S, shard: bool = True) -> dict[int, str]:
     """Run the worker script on 2 processes with each function in turn; return the outputs.
 
@@ -786,7 +786,7 @@ def _plain_failure(text: str) -> str:
 
 
 def judge_saves(functions: list[Callable], folder: str = "scratch_lab08",
-                slow_s: float | Sequence[float] = 2.0,
+                slow_s: float | Sequence[float] = 1.5,
                 timeout_s: float = LAUNCH_LIMIT_S, shard: bool = True) -> list[Feedback]:
     """Exercise 3's verdict for each of ``functions``, all run in one 2-process launch.
 
@@ -832,7 +832,7 @@ def check_save_on_rank_zero(save_on_rank_zero: Callable,
     """Exercise 08.3: ``save_on_rank_zero(ddp, path)`` run for real on 2 processes (gloo).
 
     The check copies the function into a worker script, starts it with torchrun, and
-    calls it on both ranks with a DDP model; rank 0's ``torch.save`` is made slow (2 s).
+    calls it on both ranks with a DDP model; rank 0's ``torch.save`` is made slow (1.5 s).
     Right after the call returns, each rank looks for the file. Passes when only rank 0
     saved, the keys have no ``module.`` prefix, and rank 1 found the finished file (a
     barrier). The worker also writes the sharded checkpoint exercise 4 loads.
