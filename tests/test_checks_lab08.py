@@ -514,6 +514,12 @@ def save_nested(ddp, path):
     dist.barrier()
 
 
+def save_with_a_notebook_name(ddp, path):
+    if dist.get_rank() == 0:
+        torch.save(ddp.module.state_dict(), checkpoint_path)  # noqa: F821 - a notebook variable
+    dist.barrier()
+
+
 def save_that_raises(ddp, path):
     if dist.get_rank() == 0:
         raise ValueError("disk full")
@@ -540,6 +546,7 @@ WRONG_SAVES = {
     save_to_another_name: "rank 0 saved to 'model.pt', not to `path`",
     save_nested: "the file holds ['model']",
     save_that_raises: "on rank 0 your function raised `ValueError: disk full`",
+    save_with_a_notebook_name: "gives it only the names the lab lists",
 }
 
 

@@ -686,6 +686,12 @@ def _judge_save(index: int, results: dict[int, dict]) -> Feedback:
         return not_attempted(exercise)
     if errors:
         rank, error = sorted(errors.items())[0]
+        if error.startswith("NameError"):
+            return Feedback(exercise, FAILED,
+                            f"on rank {rank} your function raised `{error}`: it runs in a "
+                            "worker script, which gives it only the names the lab lists (os, "
+                            "time, torch, dist, dcp, nn, get_model_state_dict, DDP, utils). "
+                            "Import or define anything else inside the function.")
         return Feedback(exercise, FAILED, f"on rank {rank} your function raised `{error}`. "
                                           "Fix that line, run its cell, then this check again.")
     barriers = {rank: r["barriers"] for rank, r in results.items()}
