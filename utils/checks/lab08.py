@@ -358,8 +358,8 @@ def check_setup_device(setup_device: Callable) -> Feedback:
     if not set_calls:
         return Feedback(exercise, FAILED,
                         "torch.cuda.set_device(local_rank) was not called. Without it this "
-                        "process's current GPU stays GPU 0: 'cuda' tensors, NCCL and the CUDA "
-                        "context of every process land there. Call it first.")
+                        "process's current GPU stays GPU 0: 'cuda' tensors, and every CUDA call "
+                        "that names no device, go there, in every process. Call it first.")
     chosen = calls[set_calls[0]][1]
     if _index(chosen) != local_rank:
         return Feedback(exercise, FAILED,
