@@ -21,7 +21,7 @@ import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
-from utils.checks.feedback import FAILED, PASSED, Feedback, attempt, device_name
+from utils.checks.feedback import FAILED, PASSED, Feedback, attempt_within, device_name
 from utils.footprint import footprint
 from utils.traffic import Ledger, format_bytes
 
@@ -95,6 +95,20 @@ class _HostReads(TorchFunctionMode):
         return func(*args, **(kwargs or {}))
 
 
+#: How long a check waits for one call of the learner's function (the right answers take
+#: well under a second; exercise 3's search, which measures many batches, gets 3 times this).
+CALL_LIMIT_S = 10.0
+
+
+def _within(exercise: str, function: Callable, *args,
+            limit_s: float | None = None) -> tuple[object, Feedback | None]:
+    """Call the learner's function with a time limit; return (result, problem)."""
+    result, problem, _ = attempt_within(
+        exercise, function, *args, limit_s=CALL_LIMIT_S if limit_s is None else limit_s,
+        hang=": a loop whose condition never turns false? Check where each loop ends")
+    return result, problem
+
+
 @functools.cache
 def _slow_losses(weighted: bool) -> tuple[float, ...]:
     """The 8 per-step losses of the slow loop on the CPU, with or without the class weights."""
@@ -135,9 +149,14 @@ def _traffic(train: Callable, device: torch.device, steps: int):
     model, optimizer = lab07_model(device)
     features, labels = lab07_data()
     reads = _HostReads()
-    with Ledger() as ledger, reads:
-        result, problem = attempt("Exercise 1", train, model, optimizer, features, labels,
-                                  device, steps)
+    ledger = Ledger()
+
+    def recorded(*args):  # the modes are per thread: enter them in the learner's thread
+        with ledger, reads:
+            return train(*args)
+
+    result, problem = _within("Exercise 1", recorded, model, optimizer, features, labels,
+                              device, steps)
     ledger.reads = reads.counts
     return ledger, result, problem
 
@@ -185,7 +204,7 @@ def check_fast_training(train: Callable, other: str | torch.device = "meta") -> 
     other = torch.device(other)
     expected = _slow_result()
     model, optimizer = lab07_model("cpu")
-    result, problem = attempt(exercise, train, model, optimizer, *lab07_data(),
+    result, problem = _within(exercise, train, model, optimizer, *lab07_data(),
                               torch.device("cpu"), 8)
     if problem is not None:
         return _explain_raise(problem, torch.device("cpu"))
@@ -369,7 +388,7 @@ def check_adam_bytes(adam_bytes: Callable) -> Feedback:
     """
     exercise = "Exercise 2"
     for name, (model, inputs) in exercise2_models().items():
-        predicted, problem = attempt(exercise, adam_bytes, model)
+        predicted, problem = _within(exercise, adam_bytes, model)
         if problem is not None:
             return problem
         predicted = _plain(predicted)
@@ -496,7 +515,8 @@ def check_largest_batch(largest_batch: Callable) -> Feedback:
     exercise = "Exercise 3"
     model = exercise3_model()
     for name, budget in exercise3_budgets(model).items():
-        answer, problem = attempt(exercise, largest_batch, model, 64, budget)
+        answer, problem = _within(exercise, largest_batch, model, 64, budget,
+                                  limit_s=3 * CALL_LIMIT_S)
         if problem is not None:
             return _out_of_memory(problem)
         if not isinstance(answer, torch.Tensor) or not answer.is_floating_point():

@@ -29,8 +29,7 @@ from utils.checks.feedback import (
     FAILED,
     PASSED,
     Feedback,
-    attempt,
-    explain,
+    attempt_within,
     not_a_function,
     not_attempted,
 )
@@ -121,39 +120,13 @@ class _Forbidden(BaseException):
 
 def _attempt_within(exercise: str, function: Callable, *args,
                     limit_s: float | None = None) -> tuple[object, Feedback | None, bool]:
-    """:func:`attempt` with a time limit: return (result, problem, stopped).
-
-    ``stopped`` is True when a simulated call raised :class:`_Forbidden` (the check saw what
-    it needed). A function still running after ``limit_s`` (default :data:`CALL_LIMIT_S`)
-    gets a failed Feedback; its
-    thread is left to finish on its own (a daemon: it cannot keep the kernel alive).
-    """
-    import threading
-
-    limit_s = CALL_LIMIT_S if limit_s is None else limit_s
-    box: dict[str, object] = {}
-
-    def run() -> None:
-        try:
-            box["outcome"] = attempt(exercise, function, *args)
-        except _Forbidden:
-            box["stopped"] = True
-        except BaseException as error:  # SystemExit, KeyboardInterrupt in the learner's code
-            box["outcome"] = (None, Feedback(exercise, FAILED, explain(error)))
-
-    thread = threading.Thread(target=run, daemon=True, name=f"lab08 {exercise}")
-    thread.start()
-    thread.join(limit_s)
-    if thread.is_alive():
-        return None, Feedback(exercise, FAILED,
-                              f"your function had not returned after {limit_s:g} s, so the "
-                              "check stopped waiting. Something in it waits for ever (a "
-                              "loop, a sleep, a process group or a barrier): it only needs "
-                              "to compute and return."), False
-    if box.get("stopped"):
-        return None, None, True
-    result, problem = box["outcome"]
-    return result, problem, False
+    """:func:`attempt_within` with lab 08's limit (:data:`CALL_LIMIT_S` unless given) and
+    :class:`_Forbidden` as the check's stop: return (result, problem, stopped)."""
+    return attempt_within(exercise, function, *args,
+                          limit_s=CALL_LIMIT_S if limit_s is None else limit_s,
+                          stop=(_Forbidden,),
+                          hang=". Something in it waits for ever (a loop, a sleep, a process "
+                               "group or a barrier): it only needs to compute and return")
 
 
 def _recorder(calls: list[tuple[str, object]], name: str, result: object = 0) -> Callable:
