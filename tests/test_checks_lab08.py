@@ -562,7 +562,8 @@ def judged(tmp_path_factory):
     answers = [*RIGHT_SAVES, *WRONG_SAVES]
     slow_s = [0.1 if answer in RIGHT_SAVES else 1.0 for answer in answers]
     started = time.monotonic()
-    verdicts = lab08.judge_saves(answers, folder=str(folder), slow_s=slow_s, timeout_s=240)
+    verdicts = lab08.judge_saves(answers, folder=str(folder), slow_s=slow_s, timeout_s=240,
+                                 shard=True)
     print(f"one launch, {len(answers)} answers: {time.monotonic() - started:.1f} s")
     return folder, dict(zip([a.__name__ for a in answers], verdicts, strict=True))
 
@@ -589,7 +590,7 @@ def test_a_launch_that_never_ends_is_stopped_with_a_message(tmp_path):
             time.sleep(0.1)
 
     feedback = lab08.judge_saves([save_waits_for_ever], folder=str(tmp_path), slow_s=0.1,
-                                 timeout_s=15, shard=False)[0]
+                                 timeout_s=15)[0]
     assert_one_line(_status(feedback, checks.FAILED, "still running after 15 s"))
 
 

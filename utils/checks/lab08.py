@@ -1,11 +1,14 @@
 """Checks for lab 08_many_devices: fix a multi-process training script, reshard a checkpoint.
 
 Exercises 1 and 2 run in this process: the GPU machine they are about is simulated (a
-fake ``torch.cuda`` that records calls, environment variables as torchrun sets them on
-the second machine of a cluster). Exercise 3 runs for real: the learner's function is
-copied into a worker script that ``torchrun`` starts on 2 CPU processes (gloo), and the
-check reads what they wrote. Exercise 4 loads, in this process, a sharded checkpoint
-that 2 processes wrote.
+fake ``torch.cuda`` and ``torch.accelerator`` that record calls, environment variables as
+torchrun sets them on the second machine of a cluster). Exercise 3 runs for real: the
+learner's function is copied into a worker script that ``torchrun`` starts on 2 CPU
+processes (gloo), and the check reads what they wrote; the learner's ``dist.barrier`` is
+the check's own there, one that gives up and says which rank never came. Exercise 4 loads,
+in this process, a sharded checkpoint that 2 processes wrote (the check starts them).
+Every call of the learner's code and every launch has a time limit, and no exercise needs
+another to have run.
 """
 
 from __future__ import annotations
@@ -766,7 +769,7 @@ def _plain_failure(text: str) -> str:
 
 def judge_saves(functions: list[Callable], folder: str = "scratch_lab08",
                 slow_s: float | Sequence[float] = 1.5,
-                timeout_s: float = LAUNCH_LIMIT_S, shard: bool = True) -> list[Feedback]:
+                timeout_s: float = LAUNCH_LIMIT_S, shard: bool = False) -> list[Feedback]:
     """Exercise 3's verdict for each of ``functions``, all run in one 2-process launch.
 
     What :func:`check_save_on_rank_zero` does for one function; the tests use it to try a
@@ -774,8 +777,9 @@ def judge_saves(functions: list[Callable], folder: str = "scratch_lab08",
     check's own (through the process group's store, with a time limit), so a barrier only
     one rank reaches is reported, not waited on; a launch that fails or hangs anyway gives
     every function the same verdict. ``slow_s`` is how long rank 0's ``torch.save`` sleeps
-    first (what makes a missing barrier show): one number, or one per function. Introduced
-    in lab 08_many_devices.
+    first (what makes a missing barrier show): one number, or one per function. With
+    ``shard``, the processes then also write the sharded checkpoint exercise 4 loads (the
+    tests use it to share one launch). Introduced in lab 08_many_devices.
     """
     from utils.distributed import WorkerFailed, child_stderr
 
@@ -814,8 +818,7 @@ def check_save_on_rank_zero(save_on_rank_zero: Callable,
     calls it on both ranks with a DDP model; rank 0's ``torch.save`` is made slow (1.5 s).
     Right after the call returns, each rank looks for the file. Passes when only rank 0
     saved, the keys have no ``module.`` prefix, and rank 1 found the finished file (a
-    barrier). The worker also writes the sharded checkpoint exercise 4 loads.
-    Introduced in lab 08_many_devices.
+    barrier). Introduced in lab 08_many_devices.
     """
 
     exercise = "Exercise 3"
@@ -887,9 +890,9 @@ def check_load_sharded(load_sharded: Callable, folder: str = "scratch_lab08") ->
 
     The folder is a DCP checkpoint written by 2 processes, each holding half of every
     parameter (FSDP2). Passes when the model's weights equal the saved ones, loaded
-    here with no process group (a 2 -> 1 reshard). Writes the checkpoint itself (a
-    2-process launch, with no exercise 3 function) when exercise 3's check has not left one
-    behind, so it needs no other exercise. Introduced in lab 08_many_devices.
+    here with no process group (a 2 -> 1 reshard). The check writes the checkpoint itself
+    (a 2-process launch) unless ``folder`` already holds one, so it needs no other
+    exercise. Introduced in lab 08_many_devices.
     """
     import warnings
 
