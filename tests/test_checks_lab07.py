@@ -569,6 +569,8 @@ def weights_only(model, features, budget):
     (lambda m, f, b: batch_bisect(m, f, b * 1.5) if b > 2**20 else batch_bisect(m, f, b),
      "bytes: over the budget"),
     (too_big_a_batch, "more memory than it has (32.0 GiB)"),
+    (lambda m, f, b: [batch_bisect(m, f, b)], "returned [274]; return a whole number"),
+    (lambda m, f, b: batch_bisect(m, f, b / 2**20), "By your count not even one row fits"),
     (lambda m, f, b: None, "returned None"),
 ])
 def test_largest_batch_names_each_mistake(largest_batch, phrase):
@@ -618,3 +620,14 @@ def test_a_function_that_never_returns_gets_a_message_not_a_hang(monkeypatch):
                           (checks.check_adam_bytes, lambda model: train_for_ever(*[None] * 6)),
                           (checks.check_largest_batch, search_for_ever)]:
         assert_one_line(_status(check(answer), checks.FAILED, "had not returned after"))
+
+
+@pytest.mark.parametrize(("test", "check", "distinct"), [
+    (test_adam_bytes_names_each_mistake, checks.check_adam_bytes, 14),
+    (test_largest_batch_names_each_mistake, checks.check_largest_batch, 13),
+], ids=["adam_bytes", "largest_batch"])
+def test_wrong_answers_get_messages_of_their_own(test, check, distinct):
+    # the few that share a message give the same number: the weights alone and 4 bytes a
+    # number (float32), or SGD and no optimizer, inference with or without Adam
+    answers = [answer for answer, _ in test.pytestmark[0].args[1]]
+    assert len({check(answer).message for answer in answers}) == distinct

@@ -129,13 +129,13 @@ def main(argv: list[str] | None = None) -> int:
     ]
     print(f"cores: {os.cpu_count()}, load average at start: "
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}, median of {args.runs}")
-    print(f"| {'check, answer':<66} | wall s | CPU s | verdict |")
-    print(f"|{'-' * 68}|-------:|------:|---------|")
+    print(f"| {'check, answer':<72} | wall s | CPU s | verdict |")
+    print(f"|{'-' * 74}|-------:|------:|---------|")
     slowest = 0.0
     for name, run, before in rows:
         wall, cpu, verdict = measure(run, args.runs, before)
         slowest = max(slowest, wall)
-        print(f"| {name:<66} | {wall:6.2f} | {cpu:5.2f} | {verdict} |", flush=True)
+        print(f"| {name:<72} | {wall:6.2f} | {cpu:5.2f} | {verdict} |", flush=True)
     print(f"load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; "
           f"slowest check {slowest:.2f} s (target: under 10 s)")
     shutil.rmtree(scratch, ignore_errors=True)

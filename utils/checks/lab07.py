@@ -580,6 +580,10 @@ def _why_batch(model: nn.Module, answer: int, truth: int, budget: float) -> str:
     if truth == 0:
         return ("Not even one row fits this budget: the weights, gradients and Adam's state "
                 "alone are over it. Return 0.")
+    if answer == 0:
+        return (f"By your count not even one row fits, but a batch of {truth} needs "
+                f"{_total(model, truth, 64):,} bytes, which fits: compare the footprint's "
+                ".total, in bytes, with the budget, in bytes too.")
     if answer == truth + 1:
         return (f"A batch of {answer} needs {_total(model, answer, 64):,} bytes, over the "
                 "budget: you returned the first batch that does not fit. Return the one before.")
