@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import math
+import time
 
 import pytest
 import torch
@@ -610,12 +611,13 @@ def test_a_function_that_never_returns_gets_a_message_not_a_hang(monkeypatch):
 
     def train_for_ever(model, optimizer, features, labels, device, steps):
         while True:
-            pass
+            time.sleep(0.05)  # (a busy loop would spin on in its thread, slowing the tests)
 
     def search_for_ever(model, features, budget):
         rows = 1
         while rows > 0:  # meant `rows < budget`
             rows += 1
+            time.sleep(0.05)
 
     for check, answer in [(checks.check_fast_training, train_for_ever),
                           (checks.check_adam_bytes, lambda model: train_for_ever(*[None] * 6)),

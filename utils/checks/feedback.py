@@ -298,7 +298,8 @@ def attempt_within(exercise: str, function: Callable, *args, limit_s: float,
     if thread.is_alive():
         return None, Feedback(exercise, FAILED,
                               f"your function had not returned after {limit_s:g} s, so the "
-                              f"check stopped waiting{hang}."), False
+                              f"check stopped waiting{hang}. It may still be running in the "
+                              "background: restart the kernel to stop it."), False
     if box.get("stopped"):
         return None, None, True
     result, problem = box["outcome"]
