@@ -776,3 +776,14 @@ def test_is_unattempted_sees_only_the_bare_stub():
         raise NotImplementedError()
 
     assert lab08.is_unattempted(stub) and not lab08.is_unattempted(started)
+
+
+def test_a_collective_on_one_rank_only_is_named_after_the_time_limit(tmp_path):
+    def save_all_reduce_on_rank_zero(ddp, path):
+        if dist.get_rank() == 0:
+            torch.save(ddp.module.state_dict(), path)
+            dist.all_reduce(torch.zeros(1))  # rank 1 never joins
+
+    feedback = lab08.judge_saves([save_all_reduce_on_rank_zero], folder=str(tmp_path),
+                                 slow_s=0.1)[0]
+    assert_one_line(_status(feedback, checks.FAILED, "called on some ranks and not the others"))
