@@ -742,7 +742,7 @@ WRONG_LOADS_SHARDED = {
     "process-group": (load_starts_a_process_group, "None is needed"),
     "keys-missing": (load_keys_missing, "missing keys ['0.bias', '2.bias']"),
     "wrong-folder": (load_wrong_folder, "no .metadata file there"),
-    "does-nothing": (lambda folder, model: None, "the model's weights are not the saved"),
+    "does-nothing": (lambda folder, model: None, "it never called dcp.load"),
     "not-a-dict": (lambda folder, model: dcp.load([model.state_dict()], checkpoint_id=folder),
                    "your function raised"),
     "name-error": (lambda folder, model: dcp.load({"model": model.state_dict()},
@@ -787,3 +787,9 @@ def test_a_collective_on_one_rank_only_is_named_after_the_time_limit(tmp_path):
     feedback = lab08.judge_saves([save_all_reduce_on_rank_zero], folder=str(tmp_path),
                                  slow_s=0.1)[0]
     assert_one_line(_status(feedback, checks.FAILED, "called on some ranks and not the others"))
+
+
+def test_load_sharded_wrong_answers_get_messages_of_their_own(judged):
+    messages = [checks.check_load_sharded(answer, folder=str(judged[0])).message
+                for answer, _ in WRONG_LOADS_SHARDED.values()]
+    assert len(set(messages)) == len(messages), messages

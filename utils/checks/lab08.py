@@ -922,7 +922,17 @@ def check_load_sharded(load_sharded: Callable, folder: str = "scratch_lab08") ->
     expected = lab_model().state_dict()
     torch.manual_seed(123)
     model = nn.Sequential(nn.Linear(6, 10), nn.ReLU(), nn.Linear(10, 3))  # other weights
-    with warnings.catch_warnings():
+    before = {k: t.clone() for k, t in model.state_dict().items()}
+    import torch.distributed.checkpoint as dcp
+
+    loads: list[bool] = []
+    real_load = dcp.load
+
+    def recording_load(*args, **kwargs):
+        loads.append(True)
+        return real_load(*args, **kwargs)
+
+    with warnings.catch_warnings(), mock.patch.object(dcp, "load", recording_load):
         warnings.filterwarnings("ignore", message="torch.distributed is disabled")
         warnings.filterwarnings("ignore", category=FutureWarning)
         texts: list[str] = []
@@ -964,6 +974,10 @@ def check_load_sharded(load_sharded: Callable, folder: str = "scratch_lab08") ->
     if all(torch.equal(t, expected[k]) for k, t in model.state_dict().items()):
         return Feedback(exercise, PASSED, "two processes' shards, loaded into one model with no "
                                           "process group: a 2 -> 1 reshard.")
+    if not loads and all(torch.equal(t, before[k]) for k, t in model.state_dict().items()):
+        return Feedback(exercise, FAILED, "your function left the model as it was: it never "
+                                          "called dcp.load. Load the folder into "
+                                          "{'model': model.state_dict()} with dcp.load.")
     return Feedback(exercise, FAILED,
                     "the model's weights are not the saved ones. dcp.load fills the tensors of "
                     "the state dict you pass, in place: pass {'model': model.state_dict()}, "
