@@ -262,3 +262,45 @@ def moved_and_dropped(calls: list[ToCall], tensor: torch.Tensor, device: torch.d
     back: the learner moved it, then kept using the original (the result was not kept)."""
     return any(c.tensor is tensor and c.result is not tensor and c.device is not None
                and c.device.type == device.type for c in calls)
+
+
+# --- a time limit for code that runs in this process -------------------------------------
+
+
+def attempt_within(exercise: str, function: Callable, *args, limit_s: float,
+                   stop: tuple[type[BaseException], ...] = (),
+                   hang: str = "") -> tuple[object, Feedback | None, bool]:
+    """:func:`attempt` with a time limit: return ``(result, problem, stopped)``.
+
+    The function runs in a thread of its own (a daemon: one that never returns cannot keep
+    the kernel alive), so code that waits for ever gets a failed Feedback after ``limit_s``
+    seconds instead of hanging the notebook; ``hang`` is said after "had not returned".
+    ``stopped`` is True when the function raised one of ``stop``: exceptions a check raises
+    into the learner's code once it has seen what it needs. Thread-local state (PyTorch's
+    dispatch and function modes, grad mode) does not cross into the thread: enter such
+    contexts inside ``function``. Introduced in lab 08_many_devices.
+    """
+    import threading
+
+    box: dict[str, object] = {}
+
+    def run() -> None:
+        try:
+            box["outcome"] = attempt(exercise, function, *args)
+        except stop:
+            box["stopped"] = True
+        except BaseException as error:  # SystemExit, KeyboardInterrupt in the learner's code
+            box["outcome"] = (None, Feedback(exercise, FAILED, explain(error)))
+
+    thread = threading.Thread(target=run, daemon=True, name=f"check {exercise}")
+    thread.start()
+    thread.join(limit_s)
+    if thread.is_alive():
+        return None, Feedback(exercise, FAILED,
+                              f"your function had not returned after {limit_s:g} s, so the "
+                              f"check stopped waiting{hang}. It may still be running in the "
+                              "background: restart the kernel to stop it."), False
+    if box.get("stopped"):
+        return None, None, True
+    result, problem = box["outcome"]
+    return result, problem, False

@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import functools
 import math
+from collections import Counter
 from collections.abc import Callable
 
 import torch
 from torch import nn
+from torch.overrides import TorchFunctionMode
 
-from labchecks.feedback import FAILED, PASSED, Feedback, attempt, device_name
+from labchecks.feedback import FAILED, PASSED, Feedback, attempt_within, device_name
 from utils.footprint import footprint
 from utils.text import format_bytes
 from utils.traffic import Ledger
@@ -74,22 +76,110 @@ def _slow_result() -> float:
     return train_slow(*lab07_model("cpu"), *lab07_data(), torch.device("cpu"), 8)
 
 
+class _HostReads(TorchFunctionMode):
+    """Counts the Python-level calls that read a tensor on the host, by name (``item``,
+    ``__float__``, ``__bool__``...): the ledger sees their wait, this says which one it was."""
+
+    NAMES = {"item": "`.item()`", "__float__": "`float(loss)`", "__int__": "`int(...)`",
+             "__bool__": "an `if` on a tensor (or `bool(t)`)", "tolist": "`.tolist()`",
+             "numpy": "`.numpy()`", "__format__": "formatting a tensor (an f-string)"}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.counts: Counter = Counter()
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        name = getattr(func, "__name__", "")
+        if name in self.NAMES and args and isinstance(args[0], torch.Tensor) \
+                and args[0].device.type != "cpu":
+            self.counts[name] += 1
+        return func(*args, **(kwargs or {}))
+
+
+#: How long a check waits for one call of the learner's function (the right answers take
+#: well under a second; exercise 3's search, which measures many batches, gets 3 times this).
+CALL_LIMIT_S = 10.0
+
+
+def _within(exercise: str, function: Callable, *args,
+            limit_s: float | None = None) -> tuple[object, Feedback | None]:
+    """Call the learner's function with a time limit; return (result, problem)."""
+    result, problem, _ = attempt_within(
+        exercise, function, *args, limit_s=CALL_LIMIT_S if limit_s is None else limit_s,
+        hang=": a loop whose condition never turns false? Check where each loop ends")
+    return result, problem
+
+
+@functools.cache
+def _slow_losses(weighted: bool) -> tuple[float, ...]:
+    """The 8 per-step losses of the slow loop on the CPU, with or without the class weights."""
+    model, optimizer = lab07_model("cpu")
+    features, labels = lab07_data()
+    weight = torch.tensor(LAB07_CLASS_WEIGHTS) if weighted else None
+    losses = []
+    for step in range(8):
+        rows = slice(step * _BATCH, (step + 1) * _BATCH)
+        loss = nn.functional.cross_entropy(model(features[rows]), labels[rows], weight=weight)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return tuple(losses)
+
+
+def _why_result(value: float) -> str:
+    """Why a loop's result differs from the slow loop's, when it matches a known mistake."""
+    losses, unweighted = _slow_losses(True), _slow_losses(False)
+    known = [(sum(losses), " That is the sum: divide by the number of steps."),
+             (sum(unweighted) / 8, " That is the mean without the class weights: pass "
+                                   "weight=weights to the loss, as the slow loop does."),
+             (losses[-1], " That is the last step's loss alone: return the mean over all "
+                          "the steps."),
+             (losses[0], " That is the first step's loss alone: return the mean over all "
+                         "the steps.")]
+    for number, why in known:
+        if math.isclose(value, number, rel_tol=1e-5):
+            return why
+    return (" Keep everything the loop computes: the same batches in the same order, the "
+            "class weights in the loss, and the mean over the steps.")
+
+
 def _traffic(train: Callable, device: torch.device, steps: int):
-    """Run ``train`` for ``steps`` steps under a ledger; return (ledger, result, problem)."""
+    """Run ``train`` for ``steps`` steps under a ledger; return (ledger, result, problem),
+    the ledger with ``reads``: the host reads by name."""
     model, optimizer = lab07_model(device)
     features, labels = lab07_data()
-    with Ledger() as ledger:
-        result, problem = attempt("Exercise 1", train, model, optimizer, features, labels,
-                                  device, steps)
+    reads = _HostReads()
+    ledger = Ledger()
+
+    def recorded(*args):  # the modes are per thread: enter them in the learner's thread
+        with ledger, reads:
+            return train(*args)
+
+    result, problem = _within("Exercise 1", recorded, model, optimizer, features, labels,
+                              device, steps)
+    ledger.reads = reads.counts
     return ledger, result, problem
 
 
 def _as_number(result) -> float | None:
     if isinstance(result, torch.Tensor) and result.numel() == 1 and result.device.type == "cpu":
         return float(result)
+    result = _plain(result)
     if isinstance(result, (int, float)) and not isinstance(result, bool):
         return float(result)
     return None
+
+
+def _plain(value: object) -> object:
+    """A NumPy number (``np.int64``, ``np.float32``, a 0-d array) as the Python number it
+    holds; a one-element CPU tensor as its number; anything else unchanged."""
+    if isinstance(value, torch.Tensor):
+        return value.item() if value.numel() == 1 and value.device.type != "meta" else value
+    if type(value).__module__ == "numpy" and getattr(value, "shape", None) in ((), (1,)):
+        item = value.item() if hasattr(value, "item") else value
+        return item if isinstance(item, (int, float)) and not isinstance(item, bool) else value
+    return value
 
 
 def _explain_raise(problem: Feedback, device: torch.device) -> Feedback:
@@ -115,7 +205,7 @@ def check_fast_training(train: Callable, other: str | torch.device = "meta") -> 
     other = torch.device(other)
     expected = _slow_result()
     model, optimizer = lab07_model("cpu")
-    result, problem = attempt(exercise, train, model, optimizer, *lab07_data(),
+    result, problem = _within(exercise, train, model, optimizer, *lab07_data(),
                               torch.device("cpu"), 8)
     if problem is not None:
         return _explain_raise(problem, torch.device("cpu"))
@@ -126,10 +216,7 @@ def check_fast_training(train: Callable, other: str | torch.device = "meta") -> 
         return Feedback(exercise, FAILED, f"train returned {type(result).__name__}; return the "
                                           "mean loss as a Python float.")
     if not math.isclose(value, expected, rel_tol=1e-5):
-        hint = (" That is the sum: divide by the number of steps." if
-                math.isclose(value, expected * 8, rel_tol=1e-5) else
-                " Keep everything the loop computes: the same batches in the same order, the "
-                "class weights in the loss, and the mean over the steps.")
+        hint = _why_result(value)
         return Feedback(exercise, FAILED, f"train returned {value:.6f}, but the slow loop "
                                           f"gives {expected:.6f}: the fix changed the result."
                                           f"{hint}")
@@ -149,13 +236,53 @@ def _on_device(exercise: str) -> Feedback:
                                       "after the loop: return `total.item() / steps`.")
 
 
+def _copy_kind(copy) -> str:
+    """How a copy came about: 'back' (to the host), a factory's name, 'index', or 'to'."""
+    if copy.target.type == "cpu":
+        return "back"
+    if copy.implicit and copy.operation in ("tensor", "as_tensor", "asarray", "new_tensor"):
+        return copy.operation
+    return "index" if copy.implicit else "to"
+
+
+def _extra_copies(short: Ledger, long: Ledger, steps: int = 4) -> Counter:
+    """The copies each of the ``steps`` extra steps made, counted by (bytes, kind).
+
+    A copy made once whose size grows with the number of steps (only the rows the loop
+    will use, moved before it) differs between the runs too, but fewer than ``steps`` times:
+    it is not a per-step copy, and is left out.
+    """
+    extra = (Counter((c.bytes, _copy_kind(c)) for c in long.copies)
+             - Counter((c.bytes, _copy_kind(c)) for c in short.copies))
+    return Counter({key: count for key, count in extra.items() if count >= steps})
+
+
+def _copied_each_step(extra: Counter, steps: int) -> str:
+    """What each extra step copies, named by size: 'features, 32.0 KiB; labels, 4.0 KiB'."""
+    features, labels = lab07_data()
+    names = {features.nbytes: "features, all 512 rows", labels.nbytes: "labels, all 512 rows",
+             features[:_BATCH].nbytes: "a batch of features",
+             labels[:_BATCH].nbytes: "a batch of labels",
+             4 * len(LAB07_CLASS_WEIGHTS): "the class weights"}
+    parts = []
+    for (size, kind), count in sorted(extra.items(), reverse=True):
+        name = {"back": "a result, to the host", "index": "a CPU index tensor"}.get(
+            kind, names.get(size, "a tensor"))
+        each = count / steps
+        parts.append(f"{name}, {format_bytes(size)}" + ("" if each == 1 else f" x{each:g}"))
+    total = sum(size * count for (size, _), count in extra.items()) / steps
+    if not parts:
+        return "nothing"
+    return "; ".join(parts) + (f": {format_bytes(total)} a step" if len(parts) > 1 else
+                               " a step")
+
+
 def _judge_traffic(short: Ledger, long: Ledger, other: torch.device) -> Feedback:
     exercise = "Exercise 1"
     steps = 4
-    extra_bytes = (long.bytes_moved - short.bytes_moved) / steps
     extra_waits = (len(long.waits) - len(short.waits)) / steps
-    extra_copies = (len(long.copies) - len(short.copies)) / steps
-    if extra_copies == 0 and extra_waits == 0:  # moving only the rows it needs, once, is fine
+    extra = _extra_copies(short, long)
+    if not extra and extra_waits == 0:  # moving only the rows it needs, once, is fine
         return Feedback(exercise, PASSED,
                         f"same result, and each step now makes 0 copies and waits 0 times on "
                         f"{device_name(other)}; what is left happens once, around the loop: "
@@ -164,25 +291,44 @@ def _judge_traffic(short: Ledger, long: Ledger, other: torch.device) -> Feedback
     dataset = features.nbytes + labels.nbytes
     batch = (features.nbytes + labels.nbytes) * _BATCH // _ROWS
     weights = 4 * len(LAB07_CLASS_WEIGHTS)
+    moved = sum(size * n for (size, kind), n in extra.items() if kind == "to") / steps
+    seen = _copied_each_step(extra, steps)
     problems = []
-    if extra_copies == 0:
-        extra_bytes = 0.0  # more rows moved once, before the loop: not a per-step cost
-    if extra_bytes >= dataset:
-        problems.append("it still copies the whole dataset every step: move `features` and "
-                        "`labels` to the device once, before the loop, and slice batches there")
-    elif extra_bytes >= batch:
-        problems.append(f"it copies each batch every step ({format_bytes(batch)} a step). That "
+    if moved >= dataset:
+        problems.append(f"it still copies the whole dataset every step ({seen}): move "
+                        "`features` and `labels` to the device once, before the loop, and "
+                        "slice batches there")
+    elif moved >= batch:
+        problems.append(f"it copies each batch every step ({seen}). That "
                         "is the right pattern for data that does not fit on the device; this "
                         f"dataset is {format_bytes(dataset)}, so move it once, before the loop")
-    if extra_bytes % batch == weights or extra_bytes == weights:
+    factories = sorted({kind for (size, kind) in extra if size == weights
+                        and kind in ("tensor", "as_tensor", "asarray", "new_tensor")})
+    if factories:
+        made = " and ".join(f"`torch.{k}(..., device=device)`" if k != "new_tensor"
+                            else "`new_tensor(...)`" for k in factories)
+        problems.append(f"it builds the class weights with {made} every step, which fills "
+                        f"a CPU tensor and then copies it ({format_bytes(weights)} a step): "
+                        "build them once, before the loop")
+    elif any(size == weights and kind == "to" for size, kind in extra):
         problems.append("it makes the class weights on the CPU every step and copies them "
-                        "(`torch.tensor(..., device=device)` also builds on the host, then "
-                        "copies): make them once, before the loop, with device=device")
+                        f"with `.to(device)` ({format_bytes(weights)} a step): make them once, "
+                        "before the loop, with device=device")
+    if any(kind == "index" for _, kind in extra):
+        problems.append("it indexes device tensors with a CPU tensor every step, which PyTorch "
+                        "copies to the device for you: make the index with device=device, or "
+                        "slice with a range (`features[start:start + 32]`)")
+    if any(kind == "back" for _, kind in extra):
+        problems.append("it copies a result back to the host every step (`.cpu()`, "
+                        "`.to('cpu')`), and the host waits for it: keep the running total on "
+                        "the device and read it once, after the loop")
+    reads = long.reads - short.reads
     item_waits = sum(1 for w in long.waits if w.why.startswith(".item()")) - sum(
         1 for w in short.waits if w.why.startswith(".item()"))
-    if item_waits > 0:
-        problems.append("it reads the loss on the host every step (`.item()`, `float(loss)`): "
-                        "the host waits for the device each time. Sum on the device, "
+    if item_waits > 0 and not any(kind == "back" for _, kind in extra):
+        how = " and ".join(_HostReads.NAMES[name] for name in reads) or "`.item()`, `float(loss)`"
+        problems.append(f"it reads a value on the host every step ({how}): the host waits "
+                        "for the device each time. Sum on the device, "
                         "`total += loss.detach()`, and call `.item()` once, after the loop")
     other_waits = extra_waits - item_waits / steps
     if other_waits > 0 and not problems:
@@ -190,8 +336,7 @@ def _judge_traffic(short: Ledger, long: Ledger, other: torch.device) -> Feedback
                          or {w.why for w in long.waits})
         problems.append(f"the host still waits every step: {'; '.join(reasons)}")
     if not problems:
-        problems.append(f"each step still moves {format_bytes(extra_bytes)} and waits "
-                        f"{extra_waits:g} times")
+        problems.append(f"each step still copies {seen} and waits {extra_waits:g} times")
     return Feedback(exercise, FAILED, "the result is right, but " + "; and ".join(problems) + ".")
 
 
@@ -244,11 +389,10 @@ def check_adam_bytes(adam_bytes: Callable) -> Feedback:
     """
     exercise = "Exercise 2"
     for name, (model, inputs) in exercise2_models().items():
-        predicted, problem = attempt(exercise, adam_bytes, model)
+        predicted, problem = _within(exercise, adam_bytes, model)
         if problem is not None:
             return problem
-        if isinstance(predicted, torch.Tensor) and predicted.numel() == 1:
-            predicted = predicted.item()
+        predicted = _plain(predicted)
         if not isinstance(predicted, (int, float)) or isinstance(predicted, bool):
             return Feedback(exercise, FAILED, f"adam_bytes returned {type(predicted).__name__};"
                                               " return a number of bytes.")
@@ -270,6 +414,8 @@ def _why_adam(model: nn.Module, predicted: float, truth: int) -> str:
     buffers = sum(b.numel() * b.element_size() for b in model.buffers())
     every = sum(p.numel() * p.element_size()
                 for _, p in model.named_parameters(remove_duplicate=False))
+    frozen = sum(p.numel() * p.element_size() for p in parameters if not p.requires_grad)
+    trainable_numbers = sum(p.numel() for p in parameters if p.requires_grad)
     known = [
         (weights, "That is a quarter of it: the weights alone in bytes (or all four copies "
                   "counted in numbers, not bytes). Training keeps, per parameter, the weight, "
@@ -289,6 +435,12 @@ def _why_adam(model: nn.Module, predicted: float, truth: int) -> str:
                     "one tensor, and model.parameters() lists it once."),
         (16 * numbers, "You assumed 4 bytes per number; a bfloat16 number takes 2. Use "
                        "p.element_size()."),
+        (truth - frozen, "The frozen layer's weights still take memory: count them once "
+                         "(they get no gradient and no Adam state, but they are there)."),
+        (weights + 12 * trainable_numbers, "Adam keeps its state in the parameter's own dtype "
+                                           "(bfloat16 here), not in float32: use "
+                                           "p.element_size() for the gradient and both "
+                                           "averages too."),
     ]
     for value, why in known:
         if value != truth and math.isclose(predicted, value):
@@ -313,9 +465,11 @@ def exercise3_model() -> nn.Module:
 
 
 def _total(model: nn.Module, rows: int, features: int) -> int:
+    """The footprint total for ``rows`` rows; the batch is made on meta (shape only), so a
+    learner's answer of a billion rows costs no memory to judge."""
     if features == 64 and _is_exercise3_model(model):
         return _exercise3_total(rows)
-    return footprint(model, torch.zeros(rows, features)).total
+    return footprint(model, torch.empty(rows, features, device="meta")).total
 
 
 def _is_exercise3_model(model: nn.Module) -> bool:
@@ -331,7 +485,7 @@ def _exercise3_reference() -> nn.Module:
 @functools.cache
 def _exercise3_total(rows: int) -> int:
     """The footprint total of the exercise 3 model for ``rows`` rows (computed once each)."""
-    return footprint(_exercise3_reference(), torch.zeros(rows, 64)).total
+    return footprint(_exercise3_reference(), torch.empty(rows, 64, device="meta")).total
 
 
 def largest_batch_reference(model: nn.Module, features: int, budget: float) -> int:
@@ -364,9 +518,12 @@ def check_largest_batch(largest_batch: Callable) -> Feedback:
     exercise = "Exercise 3"
     model = exercise3_model()
     for name, budget in exercise3_budgets(model).items():
-        answer, problem = attempt(exercise, largest_batch, model, 64, budget)
+        answer, problem = _within(exercise, largest_batch, model, 64, budget,
+                                  limit_s=3 * CALL_LIMIT_S)
         if problem is not None:
-            return problem
+            return _out_of_memory(problem)
+        if not isinstance(answer, torch.Tensor) or not answer.is_floating_point():
+            answer = _plain(answer)
         truth = largest_batch_reference(model, 64, budget)
         if isinstance(answer, bool) or not isinstance(answer, int):
             return Feedback(exercise, FAILED, f"largest_batch returned {answer!r}; return a "
@@ -380,19 +537,68 @@ def check_largest_batch(largest_batch: Callable) -> Feedback:
                                       "exactly and the one where not even one row fits.")
 
 
+#: Footprints of other steps than the exercise's (Adam training), and what counting them means.
+_OTHER_STEPS = (
+    ({"optimizer": None},
+     "That is the largest batch for a step that keeps no optimizer state (optimizer=None, or "
+     "plain SGD, which keeps none); the exercise's step uses Adam, utils.footprint's default, "
+     "whose two running averages per parameter count too: leave optimizer= out."),
+    ({"training": False, "optimizer": None},
+     "That is the largest batch for inference (training=False: no gradients, nothing saved "
+     "for backward); the exercise asks for a training step with Adam."),
+)
+
+
+def _largest_with(model: nn.Module, budget: float, **options) -> int:
+    """The largest batch whose step, as ``footprint(..., **options)`` counts it, fits."""
+    def total(rows: int) -> int:
+        return footprint(model, torch.empty(rows, 64, device="meta"), **options).total
+
+    if total(1) > budget:
+        return 0
+    low, high = 1, 2
+    while total(high) <= budget and high < 2**20:
+        low, high = high, high * 2
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if total(middle) <= budget else (low, middle)
+    return low
+
+
+def _out_of_memory(problem: Feedback) -> Feedback:
+    """A failed allocation explained in one line, without PyTorch's C++ location."""
+    import re
+
+    found = re.search(r"tried to allocate (\d+) bytes", problem.message)
+    if "can't allocate memory" not in problem.message and not found:
+        return problem
+    asked = f" ({format_bytes(int(found.group(1)))})" if found else ""
+    return Feedback(problem.exercise, FAILED,
+                    f"your function asked this machine for more memory than it has{asked}: it "
+                    "built a real batch to measure. utils.footprint needs only the shape: "
+                    "torch.empty(rows, features, device='meta') costs no memory.")
+
+
 def _why_batch(model: nn.Module, answer: int, truth: int, budget: float) -> str:
     if truth == 0:
         return ("Not even one row fits this budget: the weights, gradients and Adam's state "
                 "alone are over it. Return 0.")
+    if answer == 0:
+        return (f"By your count not even one row fits, but a batch of {truth} needs "
+                f"{_total(model, truth, 64):,} bytes, which fits: compare the footprint's "
+                ".total, in bytes, with the budget, in bytes too.")
     if answer == truth + 1:
         return (f"A batch of {answer} needs {_total(model, answer, 64):,} bytes, over the "
                 "budget: you returned the first batch that does not fit. Return the one before.")
     if answer == truth - 1 and _total(model, truth, 64) == budget:
         return ("A batch that fills the budget exactly fits: compare with <=, not <.")
     if answer > truth:
+        for options, why in _OTHER_STEPS:
+            if answer == _largest_with(model, budget, **options):
+                return why
         fixed = footprint(model, torch.zeros(1, 64))
         weights_only = fixed.parameters + fixed.gradients + fixed.optimizer_state
-        if budget >= weights_only and answer > 2 * truth:
+        if budget >= weights_only and answer >= 10 * truth:  # far over: per-row costs left out
             return ("The activations and the batch itself grow with every row: count the whole "
                     "footprint (its .total), not only the weights, gradients and optimizer state.")
         return f"A batch of {answer} needs {_total(model, answer, 64):,} bytes: over the budget."

@@ -46,9 +46,11 @@ _DATA_DEPENDENT = {
     "aten::repeat_interleave": "repeat_interleave() (its size depends on the data)",
 }
 _BOOLEAN_MASK = "boolean-mask indexing (its size depends on the data)"
-#: Python-level factories that build on the host and copy, unseen at the ATen level. Known by
+#: Python-level factories that build on the host and copy, unseen at the ATen level: given
+#: Python data (a list, a number) and a device, each goes through ``internal_new_from_data``
+#: (torch/csrc/utils/tensor_new.cpp), which fills a CPU tensor and then moves it. Known by
 #: name, not identity: a wrapper installed over ``torch.tensor`` (a test harness's) still calls it.
-_HOST_BUILT = {"tensor", "asarray", "new_tensor"}
+_HOST_BUILT = {"tensor", "as_tensor", "asarray", "new_tensor"}
 
 
 @dataclass(frozen=True)

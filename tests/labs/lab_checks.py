@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import labchecks as checks
 
 
@@ -18,8 +20,15 @@ def assert_feedback(feedback: checks.Feedback, status: str, *phrases: str) -> ch
     return feedback
 
 
+#: A C++ source location in a message (PyTorch's "[enforce fail at alloc_cpu.cpp:127]", gloo's
+#: ".../pair.cc:553]"): text for PyTorch's developers, not for a learner.
+_CPP_LOCATION = re.compile(r"\.(cpp|cc|cu|h|hpp):\d+")
+
+
 def assert_one_line(feedback: checks.Feedback) -> checks.Feedback:
-    """Assert the message is one line with no terminal escape codes or traceback; return it."""
+    """Assert the message is one line with no terminal escape codes, traceback or C++ source
+    location; return it."""
     assert "\n" not in feedback.message and "\x1b" not in feedback.message, feedback.message
     assert "Traceback" not in feedback.message, feedback.message
+    assert not _CPP_LOCATION.search(feedback.message), feedback.message
     return feedback

@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from lab_checks import assert_feedback as _status
-from lab_checks import stub
+from lab_checks import assert_one_line, stub
 from torch.distributed.checkpoint.state_dict import get_model_state_dict
 
 import labchecks as checks
@@ -115,23 +115,139 @@ def setup_always_cpu():
     return "gloo", torch.device("cpu")
 
 
-@pytest.mark.parametrize("answer", [setup_plain, setup_strings, setup_with_utils,
-                                    setup_keyword_device, setup_backend_first,
-                                    setup_string_device])
+def setup_with_accelerator():
+    local_rank = int(os.environ["LOCAL_RANK"])
+    if torch.accelerator.is_available():
+        torch.accelerator.set_device_index(local_rank)
+        return "nccl", torch.device("cuda", local_rank)
+    return "gloo", torch.device("cpu")
+
+
+def setup_with_current_accelerator():
+    local_rank = int(os.environ["LOCAL_RANK"])
+    accelerator = torch.accelerator.current_accelerator()
+    if accelerator is None:
+        return "gloo", torch.device("cpu")
+    torch.accelerator.set_device_index(local_rank)
+    device = torch.device(accelerator.type, local_rank)
+    return dist.get_default_backend_for_device(device), device
+
+
+def setup_device_count_guard():
+    local_rank = int(os.environ["LOCAL_RANK"])
+    if torch.cuda.is_available() and torch.cuda.device_count() > local_rank:
+        torch.cuda.set_device(local_rank)
+        return "nccl", torch.device(f"cuda:{local_rank}")
+    return "gloo", torch.device("cpu")
+
+
+def setup_seed_after():
+    local_rank = int(os.environ["LOCAL_RANK"])
+    if not torch.cuda.is_available():
+        return ("gloo", torch.device("cpu"))
+    torch.cuda.set_device(local_rank)
+    torch.cuda.manual_seed(0)  # after set_device: this process's own GPU
+    return ("nccl", torch.device("cuda", local_rank))
+
+
+def setup_starts_process_group():
+    local_rank = int(os.environ["LOCAL_RANK"])
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local_rank)
+        dist.init_process_group("nccl")
+        return "nccl", torch.device("cuda", local_rank)
+    dist.init_process_group("gloo")
+    return "gloo", torch.device("cpu")
+
+
+def setup_no_device():
+    return "gloo", None
+
+
+def setup_capital_cpu():
+    if torch.cuda.is_available():
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+        return "nccl", torch.device("cuda", int(os.environ["LOCAL_RANK"]))
+    return "gloo", "CPU"
+
+
+def setup_string_to_set_device():
+    if torch.cuda.is_available():
+        torch.cuda.set_device(os.environ["LOCAL_RANK"])  # the string '1'
+        return "nccl", torch.device("cuda", int(os.environ["LOCAL_RANK"]))
+    return "gloo", torch.device("cpu")
+
+
+def setup_set_device_before_the_test():
+    local_rank = int(os.environ["LOCAL_RANK"])
+    torch.cuda.set_device(local_rank)
+    if torch.cuda.is_available():
+        return "nccl", torch.device("cuda", local_rank)
+    return "gloo", torch.device("cpu")
+
+
+def setup_returns_device_only():
+    local_rank = int(os.environ["LOCAL_RANK"])
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local_rank)
+        return torch.device("cuda", local_rank)
+    return torch.device("cpu")
+
+
+def setup_asks_the_process_group():
+    local_rank = dist.get_rank() % torch.cuda.device_count()
+    torch.cuda.set_device(local_rank)
+    return "nccl", torch.device("cuda", local_rank)
+
+
+def setup_waits_for_ever():
+    while True:
+        time.sleep(0.05)
+
+
+def setup_bare_cuda():
+    if torch.cuda.is_available():
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+        return "nccl", torch.device("cuda")
+    return "gloo", torch.device("cpu")
+
+
+RIGHT_SETUPS = [setup_plain, setup_strings, setup_with_utils, setup_keyword_device,
+                setup_backend_first, setup_string_device, setup_with_accelerator,
+                setup_with_current_accelerator, setup_device_count_guard, setup_seed_after]
+
+
+@pytest.mark.parametrize("answer", RIGHT_SETUPS)
 def test_setup_device_passes_however_written(answer):
     _status(checks.check_setup_device(answer), checks.PASSED)
 
 
-@pytest.mark.parametrize(("answer", "phrase"), [
+WRONG_SETUPS = [
     (setup_global_rank, "the GPU index on this machine is LOCAL_RANK"),
     (setup_without_set_device, "set_device(local_rank) was not called"),
-    (setup_touches_cuda_first, "torch.cuda.manual_seed() ran before set_device"),
+    (setup_touches_cuda_first, "seeds cuda:0's generator, not this process's cuda:1's"),
     (setup_asks_current_device_first, "torch.cuda.current_device() ran before set_device"),
     (setup_gloo_on_gpus, "the GPU backend is 'nccl'"),
     (setup_always_cpu, "Use 'cuda:LOCAL_RANK'"),
-])
-def test_setup_device_names_each_mistake(answer, phrase):
-    _status(checks.check_setup_device(answer), checks.FAILED, phrase)
+    (setup_starts_process_group, "setup_device should only choose"),
+    (setup_no_device, "returned None, which is not a device"),
+    (setup_capital_cpu, "device names are lower case, 'cpu'"),
+    (setup_string_to_set_device, "a string from os.environ"),
+    (setup_set_device_before_the_test, "test torch.cuda.is_available() first"),
+    (setup_returns_device_only, "return a pair (backend, device)"),
+    (setup_asks_the_process_group, "setup_device runs before init_process_group"),
+    (setup_waits_for_ever, "had not returned after"),
+    (setup_bare_cuda, "you returned the bare device 'cuda'"),
+]
+
+
+@pytest.mark.parametrize(("answer", "phrase"), WRONG_SETUPS,
+                         ids=[answer.__name__ for answer, _ in WRONG_SETUPS])
+def test_setup_device_names_each_mistake(answer, phrase, monkeypatch):
+    monkeypatch.setattr(lab08, "CALL_LIMIT_S", 1.0)  # the one that waits for ever
+    feedback = assert_one_line(_status(checks.check_setup_device(answer), checks.FAILED, phrase))
+    assert all(feedback.message != checks.check_setup_device(other).message
+               for other, _ in WRONG_SETUPS if other not in (answer, setup_waits_for_ever))
 
 
 def test_setup_device_stub_is_not_attempted():
@@ -141,31 +257,91 @@ def test_setup_device_stub_is_not_attempted():
 # --- exercise 2: load_for_this_rank ---------------------------------------------------------------
 
 
-@pytest.mark.parametrize("answer", [
-    lambda path, device: torch.load(path, map_location=device),
-    lambda path, device: torch.load(path, map_location=str(device), weights_only=True),
-    lambda path, device: torch.load(path, map_location="cpu"),
-    lambda path, device: torch.load(path, map_location={"cuda:0": str(device)}),
-    lambda path, device: torch.load(path, weights_only=True, map_location=torch.device(device)),
-    lambda path, device: torch.load(open(path, "rb"), map_location=device),  # noqa: SIM115
-    lambda path, device: torch.load(path, map_location=lambda s, tag: s.to(device=device)),
-], ids=["device", "string", "cpu", "dict", "keywords-first", "file-object", "callable"])
+def load_then_move(path, device):
+    checkpoint = torch.load(path, map_location="cpu")
+    checkpoint["model"] = {key: tensor.to(device) for key, tensor in checkpoint["model"].items()}
+    return checkpoint
+
+
+def load_local_rank_from_env(path, device):
+    local_rank = int(os.environ["LOCAL_RANK"])
+    where = torch.device("cuda", local_rank) if device.type == "cuda" else device
+    return torch.load(path, map_location=where)
+
+
+RIGHT_LOADS = {
+    "device": lambda path, device: torch.load(path, map_location=device),
+    "string": lambda path, device: torch.load(path, map_location=str(device), weights_only=True),
+    "cpu": lambda path, device: torch.load(path, map_location="cpu"),
+    "dict": lambda path, device: torch.load(path, map_location={"cuda:0": str(device)}),
+    "keywords-first": lambda path, device: torch.load(path, weights_only=True,
+                                                      map_location=torch.device(device)),
+    "file-object": lambda path, device: torch.load(open(path, "rb"), map_location=device),  # noqa: SIM115
+    "callable": lambda path, device: torch.load(path,
+                                                map_location=lambda s, tag: s.to(device=device)),
+    "cpu-then-move": load_then_move,
+    "storage-lambda": lambda path, device: torch.load(path, map_location=lambda s, loc: s),
+    "mmap": lambda path, device: torch.load(path, map_location="cpu", mmap=True),
+    "local-rank": load_local_rank_from_env,
+}
+
+
+@pytest.mark.parametrize("answer", RIGHT_LOADS.values(), ids=RIGHT_LOADS.keys())
 def test_rank_aware_load_passes_however_written(answer, tmp_path):
     _status(checks.check_rank_aware_load(answer, folder=tmp_path), checks.PASSED)
 
 
-@pytest.mark.parametrize(("answer", "phrase"), [
-    (lambda path, device: torch.load(path), "with no map_location"),
-    (lambda path, device: torch.load(path, map_location="cuda:0"), "map_location='cuda:0'"),
-    (lambda path, device: torch.load(path, map_location=f"cuda:{os.environ['RANK']}"),
-     "cuda:RANK (cuda:5)"),
-    (lambda path, device: torch.load(path, map_location=device, weights_only=False),
-     "weights_only=False runs any code"),
-    (lambda path, device: torch.load(path, map_location=device)["model"],
-     "return the whole loaded checkpoint"),
-], ids=["no-map-location", "gpu-0", "global-rank", "unsafe", "only-model"])
+def load_then_cuda(path, device):
+    checkpoint = torch.load(path, map_location=device)
+    checkpoint["model"] = {key: tensor.cuda() for key, tensor in checkpoint["model"].items()}
+    return checkpoint
+
+
+def load_with_pickle(path, device):
+    import pickle
+
+    with open(path, "rb") as handle:
+        return pickle.load(handle)
+
+
+def load_forgets_to_return(path, device):
+    torch.load(path, map_location=device)
+
+
+WRONG_LOADS = {
+    "no-map-location": (lambda path, device: torch.load(path), "with no map_location"),
+    "gpu-0": (lambda path, device: torch.load(path, map_location="cuda:0"),
+              "map_location='cuda:0'"),
+    "global-rank": (lambda path, device: torch.load(path,
+                                                    map_location=f"cuda:{os.environ['RANK']}"),
+                    "cuda:RANK (cuda:5)"),
+    "unsafe": (lambda path, device: torch.load(path, map_location=device, weights_only=False),
+               "weights_only=False runs any code"),
+    "only-model": (lambda path, device: torch.load(path, map_location=device)["model"],
+                   "return the whole loaded checkpoint"),
+    "capital-cpu": (lambda path, device: torch.load(path, map_location="CPU"),
+                    "Device names are lower case: 'cpu'"),
+    "bare-cuda": (lambda path, device: torch.load(path, map_location="cuda"),
+                  "map_location='cuda' means the current GPU"),
+    "dict-to-gpu-0": (lambda path, device: torch.load(path, map_location={"cuda:0": "cuda:0"}),
+                      "map_location={'cuda:0': 'cuda:0'}"),
+    "dict-wrong-key": (lambda path, device: torch.load(path, map_location={"cpu": str(device)}),
+                       "map_location={'cpu': 'cuda:1'}"),
+    "then-cuda": (load_then_cuda, "it asks for CUDA"),
+    "pickle": (load_with_pickle, "did not call torch.load"),
+    "no-return": (load_forgets_to_return, "returned None"),
+    "not-a-device": (lambda path, device: torch.load(path, map_location=2), "is not a device"),
+}
+
+
+@pytest.mark.parametrize(("answer", "phrase"), WRONG_LOADS.values(), ids=WRONG_LOADS.keys())
 def test_rank_aware_load_names_each_mistake(answer, phrase, tmp_path):
-    _status(checks.check_rank_aware_load(answer, folder=tmp_path), checks.FAILED, phrase)
+    feedback = _status(checks.check_rank_aware_load(answer, folder=tmp_path), checks.FAILED,
+                       phrase)
+    assert_one_line(feedback)
+    others = [checks.check_rank_aware_load(a, folder=tmp_path).message
+              for a, _ in WRONG_LOADS.values() if a is not answer]
+    assert feedback.message not in others
 
 
 def test_rank_aware_load_stub_is_not_attempted(tmp_path):
@@ -220,6 +396,40 @@ def save_with_barrier_in_finally(ddp, path):
         dist.barrier()
 
 
+def save_rank_from_environment(ddp, path):
+    if int(os.environ["RANK"]) == 0:
+        torch.save(ddp.module.state_dict(), path)
+    dist.barrier()
+
+
+def save_with_monitored_barrier(ddp, path):
+    if dist.get_rank() == 0:
+        torch.save(ddp.module.state_dict(), path)
+    dist.monitored_barrier()
+
+
+def save_cpu_copies(ddp, path):
+    state = {key: value.detach().cpu() for key, value in ddp.module.state_dict().items()}
+    if dist.get_rank() == 0:
+        torch.save(state, path)
+    dist.barrier()
+
+
+def save_then_rename(ddp, path):
+    if dist.get_rank() == 0:
+        temporary = path + ".tmp"
+        torch.save(ddp.module.state_dict(), temporary)
+        os.replace(temporary, path)
+    dist.barrier()
+
+
+def save_with_two_barriers(ddp, path):
+    dist.barrier()  # everyone has finished training
+    if dist.get_rank() == 0:
+        torch.save(ddp.module.state_dict(), path)
+    dist.barrier()
+
+
 def save_on_every_rank(ddp, path):
     torch.save(ddp.module.state_dict(), path)
     dist.barrier()
@@ -236,8 +446,108 @@ def save_without_barrier(ddp, path):
         torch.save(ddp.module.state_dict(), path)
 
 
+def save_barrier_inside_if(ddp, path):
+    if dist.get_rank() == 0:
+        torch.save(ddp.module.state_dict(), path)
+        dist.barrier()
+
+
+def save_barrier_only_on_readers(ddp, path):
+    if dist.get_rank() == 0:
+        torch.save(ddp.module.state_dict(), path)
+    else:
+        dist.barrier()
+
+
+def save_the_module_itself(ddp, path):
+    if dist.get_rank() == 0:
+        torch.save(ddp.module, path)
+    dist.barrier()
+
+
+def save_only_on_rank_one(ddp, path):
+    if dist.get_rank() == 1:
+        torch.save(ddp.module.state_dict(), path)
+    dist.barrier()
+
+
+def save_one_file_per_rank(ddp, path):
+    torch.save(ddp.module.state_dict(), f"{path}.{dist.get_rank()}")
+    dist.barrier()
+
+
+def save_with_dcp(ddp, path):
+    dcp.save({"model": get_model_state_dict(ddp)}, checkpoint_id=path)
+    dist.barrier()
+
+
+def save_then_sleep(ddp, path):
+    if dist.get_rank() == 0:
+        torch.save(ddp.module.state_dict(), path)
+    else:
+        time.sleep(3)  # long enough, surely
+
+
+def save_then_poll(ddp, path):
+    if dist.get_rank() == 0:
+        torch.save(ddp.module.state_dict(), path)
+    else:
+        while not os.path.exists(path):
+            time.sleep(0.05)
+
+
+def save_barrier_first(ddp, path):
+    dist.barrier()
+    if dist.get_rank() == 0:
+        torch.save(ddp.module.state_dict(), path)
+
+
+def save_to_another_name(ddp, path):
+    if dist.get_rank() == 0:
+        torch.save(ddp.module.state_dict(), os.path.join(os.path.dirname(path), "model.pt"))
+    dist.barrier()
+
+
+def save_nested(ddp, path):
+    if dist.get_rank() == 0:
+        torch.save({"model": ddp.module.state_dict()}, path)
+    dist.barrier()
+
+
+def save_with_a_notebook_name(ddp, path):
+    if dist.get_rank() == 0:
+        torch.save(ddp.module.state_dict(), checkpoint_path)  # noqa: F821 - a notebook variable
+    dist.barrier()
+
+
+def save_that_raises(ddp, path):
+    if dist.get_rank() == 0:
+        raise ValueError("disk full")
+    dist.barrier()
+
+
 RIGHT_SAVES = [save_module_state_dict, save_with_get_model_state_dict, save_if_not_rank,
-               save_prefix_consumed, save_prefix_removed, save_with_barrier_in_finally]
+               save_prefix_consumed, save_prefix_removed, save_with_barrier_in_finally,
+               save_rank_from_environment, save_with_monitored_barrier, save_cpu_copies,
+               save_then_rename, save_with_two_barriers]
+WRONG_SAVES = {
+    save_on_every_rank: "ranks 0 and 1 both saved to the same path",
+    save_wrapper_keys: "start with 'module.'",
+    save_without_barrier: "before rank 0 had finished writing",
+    save_barrier_inside_if: "rank 0 called dist.barrier() and rank 1 did not",
+    save_barrier_only_on_readers: "rank 1 called dist.barrier() and rank 0 did not",
+    save_the_module_itself: "saved the module itself (a Sequential)",
+    save_only_on_rank_one: "only rank 1 saved",
+    save_one_file_per_rank: "each rank saved a file of its own (trained.pt.0, trained.pt.1)",
+    save_with_dcp: "you saved with dcp.save",
+    save_then_sleep: "rank 1 waited with time.sleep (3 s in all)",
+    save_then_poll: "rank 1 polled for the file",
+    save_barrier_first: "the barrier came before rank 0's save",
+    save_to_another_name: "rank 0 saved to 'model.pt', not to `path`",
+    save_nested: "the file holds ['model']",
+    save_that_raises: "on rank 0 your function raised `ValueError: disk full`",
+    save_with_a_notebook_name: "gives it only the names the lab lists",
+}
 
 
 @pytest.fixture(scope="module")
@@ -249,10 +559,11 @@ def judged(tmp_path_factory):
     rank 1 waits at the barrier however long the save takes.
     """
     folder = tmp_path_factory.mktemp("lab08")
-    answers = [*RIGHT_SAVES, save_on_every_rank, save_wrapper_keys, save_without_barrier]
+    answers = [*RIGHT_SAVES, *WRONG_SAVES]
     slow_s = [0.1 if answer in RIGHT_SAVES else 1.0 for answer in answers]
     started = time.monotonic()
-    verdicts = lab08.judge_saves(answers, folder=str(folder), slow_s=slow_s)
+    verdicts = lab08.judge_saves(answers, folder=str(folder), slow_s=slow_s, timeout_s=240,
+                                 shard=True)
     print(f"one launch, {len(answers)} answers: {time.monotonic() - started:.1f} s")
     return folder, dict(zip([a.__name__ for a in answers], verdicts, strict=True))
 
@@ -262,13 +573,25 @@ def test_save_on_rank_zero_passes_however_written(judged, name):
     _status(judged[1][name], checks.PASSED)
 
 
-@pytest.mark.parametrize(("name", "phrase"), [
-    ("save_on_every_rank", "ranks [0, 1] all saved to the same path"),
-    ("save_wrapper_keys", "start with 'module.'"),
-    ("save_without_barrier", "before rank 0 had finished writing"),
-])
+@pytest.mark.parametrize(("name", "phrase"), [(a.__name__, p) for a, p in WRONG_SAVES.items()])
 def test_save_on_rank_zero_names_each_mistake(judged, name, phrase):
-    _status(judged[1][name], checks.FAILED, phrase)
+    feedback = assert_one_line(_status(judged[1][name], checks.FAILED, phrase))
+    assert [v.message for v in judged[1].values()].count(feedback.message) == 1
+
+
+def test_save_on_rank_zero_passes_alone_and_praises_a_barrier_only_when_there_is_one(tmp_path):
+    _status(checks.check_save_on_rank_zero(save_module_state_dict, folder=str(tmp_path)),
+            checks.PASSED, "a barrier that every rank reaches")
+
+
+def test_a_launch_that_never_ends_is_stopped_with_a_message(tmp_path):
+    def save_waits_for_ever(ddp, path):
+        while True:
+            time.sleep(0.1)
+
+    feedback = lab08.judge_saves([save_waits_for_ever], folder=str(tmp_path), slow_s=0.1,
+                                 timeout_s=15)[0]
+    assert_one_line(_status(feedback, checks.FAILED, "still running after 15 s"))
 
 
 def test_save_on_rank_zero_stub_is_not_attempted_without_starting_processes(tmp_path):
@@ -329,27 +652,117 @@ def load_via_temporary_file(folder, model):
     model.load_state_dict(state["model"])
 
 
+def load_with_no_dist(folder, model):
+    state = {"model": model.state_dict()}
+    dcp.load(state, checkpoint_id=folder, no_dist=True)
+    model.load_state_dict(state["model"])
+
+
+def load_with_a_path_object(folder, model):
+    from pathlib import Path
+
+    state = {"model": model.state_dict()}
+    dcp.load(state, checkpoint_id=Path(folder))
+    model.load_state_dict(state["model"])
+
+
+def load_into_empty_tensors(folder, model):
+    state = {"model": {key: torch.empty_like(value) for key, value in model.state_dict().items()}}
+    dcp.load(state, checkpoint_id=folder)
+    with torch.no_grad():
+        for key, value in model.state_dict().items():
+            value.copy_(state["model"][key])
+
+
+def load_with_assign(folder, model):
+    state = {"model": {key: value.clone() for key, value in model.state_dict().items()}}
+    dcp.load(state, checkpoint_id=folder)
+    model.load_state_dict(state["model"], assign=True)
+
+
 def load_forgets_to_copy(folder, model):
     state = {"model": {k: v.clone() for k, v in model.state_dict().items()}}
     dcp.load(state, checkpoint_id=folder)
 
 
-@pytest.mark.parametrize("answer", [load_in_place, load_via_conversion, load_into_live_tensors,
-                                    load_with_reader, load_with_state_dict_helpers,
-                                    load_via_temporary_file])
+def load_whole_checkpoint_into_model(folder, model):
+    state = {"model": model.state_dict()}
+    dcp.load(state, checkpoint_id=folder)
+    model.load_state_dict({f"model.{k}": v for k, v in state["model"].items()})
+
+
+def load_under_another_name(folder, model):
+    state = {"weights": model.state_dict()}
+    dcp.load(state, checkpoint_id=folder)
+    model.load_state_dict(state["weights"])
+
+
+def load_one_shard_file(folder, model):
+    shard = sorted(name for name in os.listdir(folder) if name.endswith(".distcp"))[0]
+    model.load_state_dict(torch.load(os.path.join(folder, shard), weights_only=True))
+
+
+def load_starts_a_process_group(folder, model):
+    dist.init_process_group("gloo")
+    state = {"model": model.state_dict()}
+    dcp.load(state, checkpoint_id=folder)
+
+
+def load_keys_missing(folder, model):
+    state = {"model": model.state_dict()}
+    dcp.load(state, checkpoint_id=folder)
+    model.load_state_dict({k: v for k, v in state["model"].items() if k.endswith("weight")})
+
+
+def load_wrong_folder(folder, model):
+    state = {"model": model.state_dict()}
+    dcp.load(state, checkpoint_id=os.path.join(folder, "missing"))
+
+
+RIGHT_LOADS_SHARDED = [load_in_place, load_via_conversion, load_into_live_tensors,
+                       load_with_reader, load_with_state_dict_helpers, load_via_temporary_file,
+                       load_with_no_dist, load_with_a_path_object, load_into_empty_tensors,
+                       load_with_assign]
+
+
+@pytest.mark.parametrize("answer", RIGHT_LOADS_SHARDED)
 def test_load_sharded_passes_however_written(judged, answer):
     _status(checks.check_load_sharded(answer, folder=str(judged[0])), checks.PASSED)
 
 
-@pytest.mark.parametrize(("answer", "phrase"), [
-    (lambda folder, model: model.load_state_dict(torch.load(folder)),
-     "a DCP checkpoint is a folder"),
-    (lambda folder, model: dcp.load(model.state_dict(), checkpoint_id=folder),
-     "start with 'model.'"),
-    (load_forgets_to_copy, "dcp.load fills the tensors of the state dict you pass"),
-], ids=["torch-load", "no-model-key", "no-copy"])
+WRONG_LOADS_SHARDED = {
+    "torch-load": (lambda folder, model: model.load_state_dict(torch.load(folder)),
+                   "a DCP checkpoint is a folder"),
+    "no-model-key": (lambda folder, model: dcp.load(model.state_dict(), checkpoint_id=folder),
+                     "(it looked for '0."),
+    "no-copy": (load_forgets_to_copy, "dcp.load fills the tensors of the state dict you pass"),
+    "prefixed-keys": (load_whole_checkpoint_into_model, "that is the whole checkpoint"),
+    "other-name": (load_under_another_name, "(it looked for 'weights."),
+    "shard-file": (load_one_shard_file, "a .distcp file holds one rank's pieces"),
+    "process-group": (load_starts_a_process_group, "None is needed"),
+    "keys-missing": (load_keys_missing, "missing keys ['0.bias', '2.bias']"),
+    "wrong-folder": (load_wrong_folder, "no .metadata file there"),
+    "does-nothing": (lambda folder, model: None, "it never called dcp.load"),
+    "not-a-dict": (lambda folder, model: dcp.load([model.state_dict()], checkpoint_id=folder),
+                   "your function raised"),
+    "name-error": (lambda folder, model: dcp.load({"model": model.state_dict()},
+                                                  checkpoint_id=checkpoint_folder),  # noqa: F821
+                   "a typo, or a name from a cell you have not run"),
+}
+
+
+@pytest.mark.parametrize(("answer", "phrase"), WRONG_LOADS_SHARDED.values(),
+                         ids=WRONG_LOADS_SHARDED.keys())
 def test_load_sharded_names_each_mistake(judged, answer, phrase):
-    _status(checks.check_load_sharded(answer, folder=str(judged[0])), checks.FAILED, phrase)
+    feedback = assert_one_line(_status(checks.check_load_sharded(answer, folder=str(judged[0])),
+                                       checks.FAILED, phrase))
+    assert ".cpp" not in feedback.message
+
+
+def test_load_sharded_alone_writes_its_own_checkpoint(tmp_path):
+    # no exercise 3 before it: the check starts the 2 processes itself
+    _status(checks.check_load_sharded(load_in_place, folder=str(tmp_path)), checks.PASSED)
+    assert (tmp_path / "sharded" / ".metadata").exists()
 
 
 def test_load_sharded_stub_is_not_attempted(tmp_path):
@@ -363,3 +776,20 @@ def test_is_unattempted_sees_only_the_bare_stub():
         raise NotImplementedError()
 
     assert lab08.is_unattempted(stub) and not lab08.is_unattempted(started)
+
+
+def test_a_collective_on_one_rank_only_is_named_after_the_time_limit(tmp_path):
+    def save_all_reduce_on_rank_zero(ddp, path):
+        if dist.get_rank() == 0:
+            torch.save(ddp.module.state_dict(), path)
+            dist.all_reduce(torch.zeros(1))  # rank 1 never joins
+
+    feedback = lab08.judge_saves([save_all_reduce_on_rank_zero], folder=str(tmp_path),
+                                 slow_s=0.1)[0]
+    assert_one_line(_status(feedback, checks.FAILED, "called on some ranks and not the others"))
+
+
+def test_load_sharded_wrong_answers_get_messages_of_their_own(judged):
+    messages = [checks.check_load_sharded(answer, folder=str(judged[0])).message
+                for answer, _ in WRONG_LOADS_SHARDED.values()]
+    assert len(set(messages)) == len(messages), messages

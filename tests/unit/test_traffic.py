@@ -83,6 +83,8 @@ def test_meta_reads_give_zeros_so_code_runs_on():
     lambda: torch.tensor([1.0, 2.0, 3.0], device=META),
     lambda: torch.ones(1, device=META).new_tensor([1.0, 2.0, 3.0]),
     lambda: torch.as_tensor(np.ones(3, dtype=np.float32), device=META),
+    lambda: torch.as_tensor([1.0, 2.0, 3.0], device=META),  # Python data: seen only by name
+    lambda: torch.asarray([1.0, 2.0, 3.0], device=META),
 ])
 def test_building_from_python_data_on_a_device_is_a_host_copy(build):
     with Ledger() as ledger:
