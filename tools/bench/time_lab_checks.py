@@ -4,7 +4,7 @@ wrong answer. Not a test: a measurement, to run by hand.
     .venv/bin/python -m tools.bench.time_lab_checks          # median of 3 runs each
     .venv/bin/python -m tools.bench.time_lab_checks --runs 1
 
-Target (issue 25): each check under 10 s on a 2-core machine. The solutions are the lab's
+Target: each check under 10 s on a 2-core machine. The solutions are the lab's
 own, read from labs/solutions/ (the setup cell and every cell with ``### BEGIN SOLUTION``,
 run in one namespace, as in the notebook). Exercise 4 is timed twice: in an empty folder
 (it then starts the 2 processes that write its checkpoint), and run again (the checkpoint
