@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dis
 import re
+import textwrap
 import types
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -33,12 +34,15 @@ class Feedback:
     """The outcome of one check: ``status`` (passed, failed, not attempted) and ``message``.
 
     Displays as one line in a notebook; ``bool(feedback)`` is True only when passed.
+    ``score``, for an exercise of several parts, is the fraction right (0 to 1) when it
+    failed: nbgrader gives that part of the points (utils/checks/grading.py).
     Introduced in lab 02_copy_pitfall.
     """
 
     exercise: str
     status: str
     message: str
+    score: float | None = None
 
     def __str__(self) -> str:
         return f"{_SYMBOLS[self.status]} {self.exercise}: {self.message}"
@@ -48,6 +52,12 @@ class Feedback:
 
     def __bool__(self) -> bool:
         return self.status == PASSED
+
+    def wrapped(self, width: int = 90) -> str:
+        """The line wrapped at ``width`` columns, later lines indented under the message:
+        how the feedback page and `nbgrader validate` show it (no sideways scrolling)."""
+        return textwrap.fill(str(self), width=width, subsequent_indent="   ",
+                             break_long_words=False, break_on_hyphens=False)
 
 
 def not_attempted(exercise: str) -> Feedback:
