@@ -43,9 +43,15 @@ endif
 VENVT  ?= .venv-teacher
 STAMPT := $(VENVT)/.installed
 COURSE ?= course
+# make teacher TORCH=cpu: the same CPU-only torch for the teacher's environment.
+ifeq ($(TORCH)$(shell uname -s),cpuLinux)
+$(STAMPT): $(VENVT)/.torch-cpu
+endif
+# The learners' copy of the collection, without solutions (tools/student_copy.py).
+STUDENT_COPY ?= ../student-copy
 
 
-.PHONY: lab test test-ipywidgets7 test-torch-next test-classroom teacher classroom install nav labs run-notebooks measure clean
+.PHONY: lab test test-ipywidgets7 test-torch-next test-classroom teacher classroom student-copy install nav labs run-notebooks measure clean
 
 lab: $(STAMP) workspace  ## Copy what is new into my-work/ (never over your copies), start JupyterLab there
 	$(BIN)/jupyter lab --ServerApp.root_dir="$(CURDIR)" --port=$(PORT) \
@@ -81,8 +87,11 @@ test-classroom: $(STAMPT)  ## nbgrader generates, autogrades and returns feedbac
 
 teacher: $(STAMPT)  ## Build .venv-teacher: the learner's environment plus nbgrader
 
-classroom: $(STAMPT)  ## An nbgrader course folder with every lab released (COURSE=course)
-	$(VENVT)/bin/python tools/classroom.py $(COURSE)
+classroom: $(STAMPT)  ## An nbgrader course folder with every lab released (COURSE=course); keeps sources you edited
+	$(VENVT)/bin/python tools/classroom.py $(COURSE) $(CLASSROOM_ARGS)
+
+student-copy:  ## The learners' copy without solutions or tests, for nbgitpuller and badges (STUDENT_COPY=../student-copy)
+	$(PYTHON) tools/student_copy.py "$(STUDENT_COPY)" $(STUDENT_COPY_ARGS)
 
 install: $(STAMP)
 
@@ -96,6 +105,11 @@ $(STAMP): requirements.txt pyproject.toml
 $(VENV)/.torch-cpu:
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --no-deps --index-url $(TORCH_CPU_INDEX) "$(TORCH_PIN)+cpu"
+	touch $@
+
+$(VENVT)/.torch-cpu:
+	test -x $(VENVT)/bin/python || $(PYTHON) -m venv $(VENVT)
+	$(VENVT)/bin/python -m pip install --quiet --no-deps --index-url $(TORCH_CPU_INDEX) "$(TORCH_PIN)+cpu"
 	touch $@
 
 $(STAMP7): requirements-ipywidgets7.txt requirements.txt pyproject.toml
@@ -124,8 +138,8 @@ labs: $(STAMP)  ## Regenerate student labs from labs/solutions/ and re-run both 
 run-notebooks: $(STAMP)  ## Re-execute notebooks in place (all, or NB=notebooks/01_tensor_to.ipynb)
 	$(BIN)/python tools/run_notebooks.py $(NB)
 
-measure: $(STAMP)  ## Run All wall time and kernel peak RSS for each notebook
-	$(BIN)/python tools/measure_notebooks.py
+measure: $(STAMP)  ## Run All time, CPU time and peak memory (PSS, all its processes) per notebook
+	$(BIN)/python tools/measure_notebooks.py $(NB)
 
 clean:
 	rm -rf $(VENV) $(VENV7) $(VENVN) $(VENVT) build *.egg-info .pytest_cache .ruff_cache
