@@ -13,6 +13,7 @@ Introduced in lab 02_copy_pitfall.
 from __future__ import annotations
 
 import dis
+import os
 import re
 import textwrap
 import types
@@ -100,8 +101,17 @@ def attempt(exercise: str, function: Callable, *args):
 
 
 def device_name(device: torch.device) -> str:
-    """How feedback names a device: meta is called out as the stand-in second device."""
-    return "meta (the stand-in second device)" if device.type == "meta" else str(device)
+    """How feedback names a device: meta is called out as the stand-in second device.
+
+    Under nbgrader (which grades on the CPU, with meta as the second device, whatever the
+    student ran on) it is named as the student's own second device, graded on meta.
+    """
+    if device.type != "meta":
+        return str(device)
+    if os.environ.get("NBGRADER_EXECUTION"):
+        return ("your second device (your GPU or Mac if you ran on one; meta, a stand-in for "
+                "it, on the grading machine)")
+    return "meta (the stand-in second device)"
 
 
 # --- learner errors, explained in one line ------------------------------------------------

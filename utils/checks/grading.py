@@ -185,12 +185,24 @@ def grade(check_name: str, points: float, arguments: Callable[[], tuple]) -> flo
     print(feedback.wrapped(FEEDBACK_WIDTH))
     if fraction and feedback.status != PASSED:
         print(f"   Partial credit: {score:g} of {points:g} points.")
-    if changed:  # a second channel nbgrader reads as 0, whatever became of the value
-        os.write(2, f"grader: {'; '.join(changed[:3])}\n".encode())
+    if changed:
+        _remember(feedback, check_name, arguments)  # the visible line: nothing more to show
+        # A second channel nbgrader reads as 0 (a cell that wrote to stderr), whatever
+        # became of the value.
+        sys.stderr.write(f"grader: {'; '.join(changed[:3])}\n")
+        sys.stderr.flush()
     shell = _shell()
     if shell is not None:
         shell.displayhook(score)
     return score
+
+
+def _remember(feedback: Feedback, check_name: str, arguments: Callable[[], tuple]) -> None:
+    try:
+        args, kwargs = arguments()
+    except Exception:
+        return
+    _visible_verdicts()[_key(check_name, args, kwargs)] = [feedback, False]
 
 
 def _fraction(feedback: Feedback) -> float:
@@ -332,12 +344,26 @@ def tampering() -> list[str]:
         problems += _module_changes(name)
     shell = _shell()
     if shell is not None:
-        problems += [f"get_ipython().{method}" for method in _SHELL_METHODS
-                     if method in vars(shell)]
-        hook = getattr(shell, "displayhook", None)
-        if type(hook).__module__ not in _OUTPUT_MACHINERY or any(
-                callable(value) for value in vars(hook).values()):
-            problems.append("get_ipython().displayhook")
+        problems += _shell_changes(shell)
+    return problems
+
+
+def _shell_changes(shell) -> list[str]:
+    """IPython methods replaced on the shell itself (IPython binds some of its own methods
+    there: those are fine), and a display hook that is not IPython's."""
+    own = {id(value) for cls in type(shell).__mro__ for value in vars(cls).values()}
+    problems = []
+    for method in _SHELL_METHODS:
+        value = vars(shell).get(method)
+        if value is None or method == "displayhook":
+            continue
+        if getattr(value, "__self__", None) is not shell or id(value.__func__) not in own:
+            problems.append(f"get_ipython().{method}")
+    hook = getattr(shell, "displayhook", None)
+    if type(hook).__module__ not in _OUTPUT_MACHINERY or any(
+            isinstance(value, types.FunctionType | types.MethodType)
+            for value in vars(hook).values()) or sys.displayhook is not hook:
+        problems.append("get_ipython().displayhook")
     return problems
 
 
