@@ -216,15 +216,19 @@ SUSPICIOUS = re.compile(r"NBGRADER|os\.environ|putenv|\bchecks\s*\.\s*\w+\s*=|ut
 
 
 def suspicious_cells(course: Path, assignment: str) -> list[tuple[str, str, str]]:
-    """(student, cell id, matching line) for each answer cell of a submission of
-    ``assignment`` that mentions the grading machinery: read those by hand."""
+    """(student, cell id, matching line) for each cell a student wrote or changed (answer
+    cells, added cells, edited given cells) in a submission of ``assignment`` that mentions
+    the grading machinery: read those by hand."""
+    given = {}
+    for path in (course / "release" / assignment).glob("*.ipynb"):
+        given.update({c.get("id"): c.source for c in nbformat.read(path, as_version=4).cells})
     found = []
     for path in sorted((course / "submitted").glob(f"*/{assignment}/*.ipynb")):
         notebook = nbformat.read(path, as_version=4)
-        locked = {c.get("id") for c in notebook.cells
-                  if c.metadata.get("nbgrader", {}).get("locked")}
         for cell in notebook.cells:
-            if cell.cell_type != "code" or cell.get("id") in locked:
+            answer = cell.metadata.get("nbgrader", {}).get("solution")
+            if cell.cell_type != "code" or (not answer and given.get(cell.get("id")) ==
+                                            cell.source):
                 continue
             for line in cell.source.splitlines():
                 if SUSPICIOUS.search(line):

@@ -72,3 +72,35 @@ def test_feedback_is_readable_and_carries_no_files(graded_class):
     assert "look for a loop that never ends" in html.unescape(looping.read_text("utf-8"))
     files = [p for p in (course / "feedback").rglob("*") if p.is_file()]
     assert files and all(p.suffix == ".html" for p in files), files
+
+
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--no-first-run"]
+
+
+def test_every_verdict_is_visible_whole_at_1280_px(graded_class):
+    """In Chromium, 1280 px wide: no output box holding a ✅ / ❌ line scrolls sideways."""
+    import shutil
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        pytest.skip("Chromium not found (Debian/Ubuntu: apt-get install chromium)")
+    playwright = pytest.importorskip("playwright.sync_api")
+    course, _ = graded_class
+    pages = [course / "feedback" / s / "02_copy_pitfall" / "02_copy_pitfall.html"
+             for s in ("wrong", "half_done", "looping")]
+    with playwright.sync_playwright() as driver:
+        browser = driver.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        for path in pages:
+            page.goto(path.as_uri())
+            boxes = page.evaluate("""() => [...document.querySelectorAll('pre')]
+                .filter(p => /[✅❌⏳]/.test(p.textContent))
+                .map(p => { let e = p, hidden = 0;
+                            for (; e; e = e.parentElement)
+                              hidden = Math.max(hidden, e.scrollWidth - e.clientWidth);
+                            return [p.textContent.slice(0, 60), hidden,
+                                    p.getBoundingClientRect().right]; })""")
+            assert boxes, f"no verdict in {path}"
+            for text, hidden, right in boxes:
+                assert hidden <= 1 and right <= 1280, (path.parts[-3], text, hidden, right)
+        browser.close()
