@@ -91,7 +91,8 @@ __all__ = [
     "train_slow",
 ]
 
-# Under nbgrader (and only there) a check that is not passed raises, so nbgrader scores it.
+# Under nbgrader (and only there) a check returns the verdict of the grader hidden in its test
+# cell, or raises when not passed where no grader ran (Validate): utils/checks/grading.py.
 from utils.checks.grading import make_checks_gradable  # noqa: E402
 
 make_checks_gradable(globals())
