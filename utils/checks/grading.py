@@ -50,8 +50,11 @@ AUTOGRADING_MODES = frozenset({"autograde", "validate"})
 #: Seconds one check may run under the grader; nbgrader's per-cell timeout (the course
 #: config, tools/classroom.py) is a little longer and catches loops outside a check.
 CHECK_TIME_LIMIT_S = 50
-#: Width of the feedback a student reads (the feedback page and `nbgrader validate`).
+#: Width of the feedback a student reads on the feedback page.
 FEEDBACK_WIDTH = 90
+#: Width of CheckFailed's message: `nbgrader validate` indents each line by 4, prefixes
+#: "CheckFailed: " and cuts lines at 87 characters.
+VALIDATE_WIDTH = 70
 TOO_SLOW = ("your function did not finish in {seconds} s: look for a loop that never ends "
             "(a `while` whose condition never changes, or a loop over something that grows).")
 
@@ -115,7 +118,7 @@ def graded(check: Callable[..., Feedback]) -> Callable[..., Feedback]:
         if not autograding() or not isinstance(feedback, Feedback):
             return feedback
         if feedback.status != PASSED:
-            raise CheckFailed(feedback.wrapped(FEEDBACK_WIDTH))
+            raise CheckFailed(feedback.wrapped(VALIDATE_WIDTH))
         return PrintedFeedback(feedback.exercise, feedback.status, feedback.message)
 
     run.__wrapped_check__ = check
