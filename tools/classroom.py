@@ -37,9 +37,9 @@ import lessons  # noqa: E402
 import nbgrader_cells  # noqa: E402
 
 COURSE_ID = "device-placement"
-#: nbgrader's per-cell limit; the grader stops a check a little earlier, with its own message
-#: (utils/checks/grading.py, CHECK_TIME_LIMIT_S). A lab's cells run in about a second.
-CELL_TIMEOUT_S = 60
+#: nbgrader's per-cell limit (utils/checks/grading.py's CELL_TIMEOUT_S, which names it in
+#: the message); the grader stops a check a little earlier, with its own message
+#: (CHECK_TIME_LIMIT_S). A lab's cells run in about a second.
 GRADER = lessons.ROOT / "utils" / "checks" / "grading.py"
 #: What the labs write next to the notebook: not copied into autograded/ or feedback/.
 IGNORED = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback", "checkpoints",
@@ -60,11 +60,12 @@ c.CourseDirectory.course_id = {course!r}
 c.CourseDirectory.ignore = {ignored!r}
 # A lab's cells run in about a second; a cell still running after {timeout} s is stuck. The
 # grader stops a check at {check} s with "look for a loop that never ends"; this catches the
-# rest (a loop in an answer cell), says the same, and goes on with the next cell.
+# rest (a loop in an answer cell): the kernel is interrupted, the cell shows the same advice
+# (utils/checks/grading.py, CELL_TIMEOUT_S: change both together) and the next cell runs.
 c.ExecutePreprocessor.timeout = {timeout}
 c.ExecutePreprocessor.interrupt_on_timeout = True
 c.ExecutePreprocessor.error_on_timeout = {{
-    "ename": "CellTimeoutError",
+    "ename": "CellTimeout",
     "evalue": "this cell did not finish in {timeout} s: look for a loop that never ends",
     "traceback": ["this cell did not finish in {timeout} s: look for a loop that never ends"],
 }}
@@ -154,8 +155,10 @@ def write_sources(course: Path, labs: list[Path], course_id: str = COURSE_ID,
     config = course / "nbgrader_config.py"
     if not config.exists():
         config.write_text(CONFIG.format(root=str(course.resolve()), course=course_id,
-                                        ignored=IGNORED, timeout=CELL_TIMEOUT_S,
-                                        check=_check_limit()), encoding="utf-8")
+                                        ignored=IGNORED, timeout=_grader_constant(
+                                            "CELL_TIMEOUT_S"),
+                                        check=_grader_constant("CHECK_TIME_LIMIT_S")),
+                            encoding="utf-8")
     manifest_path = course / MANIFEST
     manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
     kept = []
@@ -181,9 +184,9 @@ def write_sources(course: Path, labs: list[Path], course_id: str = COURSE_ID,
     return kept
 
 
-def _check_limit() -> int:
+def _grader_constant(name: str) -> int:
     text = GRADER.read_text(encoding="utf-8")
-    return int(re.search(r"^CHECK_TIME_LIMIT_S = (\d+)", text, re.MULTILINE)[1])
+    return int(re.search(rf"^{name} = (\d+)", text, re.MULTILINE)[1])
 
 
 def nbgrader(course: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:

@@ -64,3 +64,18 @@ def test_the_grader_scores_a_cell_by_its_value(answer, score, phrase, monkeypatc
     # nbgrader scores a cell that wrote to stderr 0: only a replaced grader does.
     assert bool(stderr) == (score != 2.0 and phrase != "kept using"), outputs
     assert text.count("Exercise 2") <= 1  # the visible line does not show the verdict again
+
+
+def test_a_cell_stopped_by_the_timeout_says_to_look_for_a_loop(monkeypatch):
+    """nbgrader interrupts a cell past its timeout; the cell says why, and the next one runs."""
+    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    cells = ["from utils import checks", "steps = 0\nwhile True:\n    steps += 1", "print('on')"]
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(s) for s in cells])
+    NotebookClient(notebook, kernel_name="python3", allow_errors=True, timeout=5,
+                   interrupt_on_timeout=True,
+                   error_on_timeout={"ename": "x", "evalue": "x", "traceback": []}).execute()
+    errors = [o for o in notebook.cells[1].outputs if o.output_type == "error"]
+    assert errors and errors[0].ename == "CellTimeout"
+    assert "look for a loop that never ends" in errors[0].evalue
+    assert notebook.cells[2].outputs[0].text == "on\n"

@@ -93,6 +93,7 @@ __all__ = [
 
 # Under nbgrader (and only there) a check returns the verdict of the grader hidden in its test
 # cell, or raises when not passed where no grader ran (Validate): utils/checks/grading.py.
-from utils.checks.grading import make_checks_gradable  # noqa: E402
+from utils.checks.grading import explain_cell_timeouts, make_checks_gradable  # noqa: E402
 
 make_checks_gradable(globals())
+explain_cell_timeouts()

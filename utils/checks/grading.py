@@ -56,6 +56,10 @@ FEEDBACK_WIDTH = 90
 #: Width of CheckFailed's message: `nbgrader validate` indents each line by 4, prefixes
 #: "CheckFailed: " and cuts lines at 87 characters.
 VALIDATE_WIDTH = 70
+#: nbgrader's per-cell timeout in the course config tools/classroom.py writes.
+CELL_TIMEOUT_S = 60
+CELL_TOO_SLOW = (f"this cell did not finish in {CELL_TIMEOUT_S} s (nbgrader's limit for one "
+                 "cell): look for a loop that never ends")
 TOO_SLOW = ("your function did not finish in {seconds} s: look for a loop that never ends "
             "(a `while` whose condition never changes, or a loop over something that grows).")
 
@@ -124,6 +128,24 @@ def graded(check: Callable[..., Feedback]) -> Callable[..., Feedback]:
 
     run.__wrapped_check__ = check
     return run
+
+
+class CellTimeout(Exception):
+    """Shown instead of the KeyboardInterrupt nbgrader's cell timeout sends the kernel."""
+
+
+def explain_cell_timeouts() -> None:
+    """Under autograde, show nbgrader's cell timeout (a KeyboardInterrupt, which nbgrader
+    sends a cell still running after CELL_TIMEOUT_S) as CELL_TOO_SLOW, with the traceback
+    pointing at the line that was running. Nothing changes for a learner alone."""
+    shell = _shell()
+    if shell is None or os.environ.get(AUTOGRADING_VARIABLE) != "autograde":
+        return
+
+    def timed_out(self, etype, value, tb, tb_offset=None):
+        self.showtraceback((CellTimeout, CellTimeout(CELL_TOO_SLOW), tb), tb_offset=tb_offset)
+
+    shell.set_custom_exc((KeyboardInterrupt,), timed_out)
 
 
 def make_checks_gradable(namespace: dict) -> None:
