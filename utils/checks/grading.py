@@ -288,21 +288,30 @@ def _run_check(check_name: str, arguments: Callable[[], tuple]) -> Feedback:
 
 
 def _visible_verdicts() -> dict:
-    """The verdict table of the kernel's own utils.checks.grading (what the visible line
+    """The verdict table of the kernel's own copy of this module (what the visible line
     reads); a throwaway dict when it is not loaded."""
-    module = sys.modules.get("utils.checks.grading")
+    module = _loaded(_here())
     table = getattr(module, "_verdicts", None)
     return table if isinstance(table, dict) else {}
+
+
+def _here() -> Path:
+    """This file on disk (also when the hidden part exec()s it under another name)."""
+    return Path(globals().get("__file__") or __file__).resolve()
+
+
+def _loaded(path: Path):
+    """The module loaded from ``path`` in this kernel (found by its file, not its name)."""
+    return next((m for m in list(sys.modules.values()) if _file_of(m) == path), None)
 
 
 def _real_check(check_name: str) -> Callable[..., Feedback] | None:
     """The check named ``check_name`` as defined in a ``utils/checks/labNN.py`` on disk,
     taken from the loaded module whose code :func:`tampering` verifies."""
-    folder = Path(globals().get("__file__") or __file__).resolve().parent
-    for path in sorted(folder.glob("lab*.py")):
+    for path in sorted(_here().parent.glob("lab*.py")):
         if f"def {check_name}(" not in path.read_text(encoding="utf-8"):
             continue
-        module = sys.modules.get(f"utils.checks.{path.stem}")
+        module = _loaded(path)
         check = vars(module).get(check_name) if module is not None else None
         return inspect.unwrap(check) if callable(check) else None
     return None
@@ -367,9 +376,11 @@ def tampering() -> list[str]:
     module or of IPython's output machinery whose code is not its file's, a name one of
     those modules imports that is no longer what it imported, or an IPython method
     overridden on the shell. Empty when everything is as on disk."""
-    utils_root = Path(globals().get("__file__") or __file__).resolve().parents[1]
-    names = [name for name, module in list(sys.modules.items())
-             if _file_of(module) is not None and _file_of(module).is_relative_to(utils_root)]
+    checks = _here().parent  # the checks' package, and the utils package beside or above it
+    roots = [checks, *(d for d in (checks.parent, checks.parent / "utils")
+                       if d.name == "utils" and d.is_dir())]
+    names = [name for name, module in list(sys.modules.items()) if _file_of(module) is not None
+             and any(_file_of(module).is_relative_to(root) for root in roots)]
     problems = []
     for name in names + [m for m in _OUTPUT_MACHINERY if m in sys.modules]:
         problems += _module_changes(name)
