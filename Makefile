@@ -82,8 +82,8 @@ test-torch-next: $(STAMPN)  ## Unit tests, every notebook and lab again, on the 
 		--ignore=tests/test_browser.py --ignore=tests/test_lint.py $(PYTEST_ARGS)
 # Not part of `make test` (it would add about 100 s of CPU, about 50 s on two idle cores);
 # .ci/run runs it after `make test`.
-test-classroom: $(STAMPT)  ## nbgrader generates, autogrades and returns feedback on every lab
-	$(VENVT)/bin/python -m pytest -o addopts="" -p no:cacheprovider -q -n 2 tests/classroom
+test-classroom: $(STAMPT)  ## nbgrader grades every lab and a simulated class (cheats, crash, loop)
+	$(VENVT)/bin/python -m pytest -o addopts="" -p no:cacheprovider -q -n 2 --dist loadfile tests/classroom
 
 teacher: $(STAMPT)  ## Build .venv-teacher: the learner's environment plus nbgrader
 
