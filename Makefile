@@ -43,11 +43,17 @@ endif
 VENVT  ?= .venv-teacher
 STAMPT := $(VENVT)/.installed
 COURSE ?= course
+# make teacher TORCH=cpu: the same CPU-only torch for the teacher's environment.
+ifeq ($(TORCH)$(shell uname -s),cpuLinux)
+$(STAMPT): $(VENVT)/.torch-cpu
+endif
+# The learners' copy of the collection, without solutions (tools/student_copy.py).
+STUDENT_COPY ?= ../student-copy
 
 
 # `make help` lists the targets by who runs them; each target's `## ...` comment is its line.
 FOR_LEARNERS := lab workspace fresh test
-FOR_TEACHERS := teacher classroom test-classroom measure
+FOR_TEACHERS := teacher classroom student-copy test-classroom measure
 FOR_AUTHORS  := nav labs run-notebooks test-ipywidgets7 test-torch-next clean
 
 help:  ## This list
@@ -59,7 +65,7 @@ help:  ## This list
 		done; \
 	done
 
-.PHONY: help lab test test-ipywidgets7 test-torch-next test-classroom teacher classroom install nav labs run-notebooks measure clean
+.PHONY: help lab test test-ipywidgets7 test-torch-next test-classroom teacher classroom student-copy install nav labs run-notebooks measure clean
 
 lab: $(STAMP) workspace  ## Copy what is new into my-work/ (never over your copies), start JupyterLab there
 	$(BIN)/jupyter lab --ServerApp.root_dir="$(CURDIR)" --port=$(PORT) \
@@ -90,13 +96,16 @@ test-torch-next: $(STAMPN)  ## Unit tests, every notebook and lab again, on the 
 		--ignore=tests/e2e/test_browser.py --ignore=tests/repo/test_lint.py $(PYTEST_ARGS)
 # Not part of `make test` (it would add about 100 s of CPU, about 50 s on two idle cores);
 # .ci/run runs it after `make test`.
-test-classroom: $(STAMPT)  ## nbgrader generates, autogrades and returns feedback on every lab
-	$(VENVT)/bin/python -m pytest -o addopts="" -p no:cacheprovider -q -n 2 tests/classroom
+test-classroom: $(STAMPT)  ## nbgrader grades every lab and a simulated class (cheats, crash, loop)
+	$(VENVT)/bin/python -m pytest -o addopts="" -p no:cacheprovider -q -n 2 --dist loadfile tests/classroom
 
 teacher: $(STAMPT)  ## Build .venv-teacher: the learner's environment plus nbgrader
 
-classroom: $(STAMPT)  ## An nbgrader course folder with every lab released (COURSE=course)
-	$(VENVT)/bin/python -m tools.classroom $(COURSE)
+classroom: $(STAMPT)  ## An nbgrader course folder with every lab released (COURSE=course); keeps sources you edited
+	$(VENVT)/bin/python -m tools.classroom $(COURSE) $(CLASSROOM_ARGS)
+
+student-copy:  ## The learners' copy without solutions or tests, for nbgitpuller and badges (STUDENT_COPY=../student-copy)
+	$(PYTHON) -m tools.student_copy "$(STUDENT_COPY)" $(STUDENT_COPY_ARGS)
 
 install: $(STAMP)
 
@@ -110,6 +119,11 @@ $(STAMP): requirements.txt pyproject.toml
 $(VENV)/.torch-cpu:
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --no-deps --index-url $(TORCH_CPU_INDEX) "$(TORCH_PIN)+cpu"
+	touch $@
+
+$(VENVT)/.torch-cpu:
+	test -x $(VENVT)/bin/python || $(PYTHON) -m venv $(VENVT)
+	$(VENVT)/bin/python -m pip install --quiet --no-deps --index-url $(TORCH_CPU_INDEX) "$(TORCH_PIN)+cpu"
 	touch $@
 
 $(STAMP7): requirements-ipywidgets7.txt requirements.txt pyproject.toml
@@ -138,8 +152,8 @@ labs: $(STAMP)  ## Regenerate student labs from labs/solutions/ and re-run both 
 run-notebooks: $(STAMP)  ## Re-execute notebooks in place (all, or NB=notebooks/01_tensor_to.ipynb)
 	$(BIN)/python -m tools.run_notebooks $(NB)
 
-measure: $(STAMP)  ## Run All wall time and kernel peak RSS for each notebook
-	$(BIN)/python -m tools.measure_notebooks
+measure: $(STAMP)  ## Run All time, CPU time and peak memory (PSS, all its processes) per notebook
+	$(BIN)/python -m tools.measure_notebooks $(NB)
 
 clean:  ## Remove the environments and build caches (.venv, .venv-ipyw7, .venv-teacher, ...)
 	rm -rf $(VENV) $(VENV7) $(VENVN) $(VENVT) build *.egg-info .pytest_cache .ruff_cache

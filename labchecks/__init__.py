@@ -93,7 +93,9 @@ __all__ = [
     "train_slow",
 ]
 
-# Under nbgrader (and only there) a check that is not passed raises, so nbgrader scores it.
-from labchecks.grading import make_checks_gradable  # noqa: E402
+# Under nbgrader (and only there) a check returns the verdict of the grader hidden in its test
+# cell, or raises when not passed where no grader ran (Validate): labchecks/grading.py.
+from labchecks.grading import explain_cell_timeouts, make_checks_gradable  # noqa: E402
 
 make_checks_gradable(globals())
+explain_cell_timeouts()

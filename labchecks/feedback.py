@@ -13,7 +13,9 @@ Introduced in lab 02_copy_pitfall.
 from __future__ import annotations
 
 import dis
+import os
 import re
+import textwrap
 import types
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -33,12 +35,15 @@ class Feedback:
     """The outcome of one check: ``status`` (passed, failed, not attempted) and ``message``.
 
     Displays as one line in a notebook; ``bool(feedback)`` is True only when passed.
+    ``score``, for an exercise of several parts, is the fraction right (0 to 1) when it
+    failed: nbgrader gives that part of the points (labchecks/grading.py).
     Introduced in lab 02_copy_pitfall.
     """
 
     exercise: str
     status: str
     message: str
+    score: float | None = None
 
     def __str__(self) -> str:
         return f"{_SYMBOLS[self.status]} {self.exercise}: {self.message}"
@@ -48,6 +53,12 @@ class Feedback:
 
     def __bool__(self) -> bool:
         return self.status == PASSED
+
+    def wrapped(self, width: int = 90) -> str:
+        """The line wrapped at ``width`` columns, later lines indented under the message:
+        how the feedback page and `nbgrader validate` show it (no sideways scrolling)."""
+        return textwrap.fill(str(self), width=width, subsequent_indent="   ",
+                             break_long_words=False, break_on_hyphens=False)
 
 
 def not_attempted(exercise: str) -> Feedback:
@@ -90,8 +101,17 @@ def attempt(exercise: str, function: Callable, *args):
 
 
 def device_name(device: torch.device) -> str:
-    """How feedback names a device: meta is called out as the stand-in second device."""
-    return "meta (the stand-in second device)" if device.type == "meta" else str(device)
+    """How feedback names a device: meta is called out as the stand-in second device.
+
+    Under nbgrader (which grades on the CPU, with meta as the second device, whatever the
+    student ran on) it is named as the student's own second device, graded on meta.
+    """
+    if device.type != "meta":
+        return str(device)
+    if os.environ.get("NBGRADER_EXECUTION"):
+        return ("your second device (your GPU or Mac if you ran on one; meta, a stand-in for "
+                "it, on the grading machine)")
+    return "meta (the stand-in second device)"
 
 
 # --- learner errors, explained in one line ------------------------------------------------

@@ -1,32 +1,67 @@
 """How a lab check behaves when nbgrader grades it, rather than a learner reading it.
 
 A learner working alone sees one friendly line: ✅ passed, ❌ the misconception, ⏳ not
-attempted. nbgrader scores a test cell by its outputs alone: an error means no points. So
-while nbgrader runs a lab, every ``checks.check_...`` that is not passed raises
-:class:`CheckFailed`, whose message is that same line (the learner reads it in the
-feedback nbgrader returns), and a passed check prints its line instead of returning it as
-the cell's value (nbgrader would try to read a returned value as a partial score).
+attempted. Under nbgrader, two things happen, and only the first decides a mark:
 
-Under autograding means: nbgrader sets ``NBGRADER_EXECUTION`` to ``"autograde"`` or
-``"validate"`` in the environment the notebook's kernel starts in (nbgrader's FAQ, "Can I
-modify the notebook behavior during autograding or validation?"). That is nbgrader's own,
-documented signal; a teacher configures nothing, and a learner never sets it by accident.
+1. **The grader.** Each autograded test cell that ``tools/classroom.py`` writes into the
+   course's *source* notebook starts with a hidden part (nbgrader's ``### BEGIN HIDDEN
+   TESTS``): students never see it, and ``nbgrader autograde`` puts it back into every
+   submission, whatever the student did to the cell. It loads this file afresh from the
+   teacher's disk (so nothing a student rebinds in the kernel is used) and calls
+   :func:`grade`, which checks that the lab's check modules and IPython's output machinery
+   are the code on disk, runs the real check with the learner's output (stderr, warnings,
+   logging) kept out of the cell, prints the verdict wrapped at 90 columns, and shows the
+   cell's score as its value: ``1.0``, ``0.0``, or a part (``0.83`` for 5 of 6
+   predictions). nbgrader reads that value as the cell's points. Nothing in the grading
+   path asks an environment variable.
+2. **The visible line** (``checks.check_...(...)``, the cell the student sees). Under
+   nbgrader (``NBGRADER_EXECUTION`` is ``autograde`` or ``validate``, nbgrader's documented
+   signal) it returns the grader's verdict without running the check again, so the
+   learner's function runs once per check. Where no grader ran (a student pressing
+   *Validate*, which has no hidden tests), a check that is not passed raises
+   :class:`CheckFailed`, so *Validate* shows what would lose points.
 
-Introduced in docs/teaching.md (the classroom path); the hook is one line at the end of
-labchecks/__init__.py.
+Introduced in docs/teaching.md (the classroom path); the visible hook is one line at the
+end of labchecks/__init__.py; the trust model is in docs/teaching.md, "What grading
+protects".
 """
 
 from __future__ import annotations
 
+import ast
+import contextlib
 import functools
+import inspect
+import io
+import logging
 import os
-from collections.abc import Callable
+import re
+import signal
+import sys
+import types
+import warnings
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
-from labchecks.feedback import PASSED, Feedback
+from labchecks.feedback import FAILED, PASSED, Feedback
 
 AUTOGRADING_VARIABLE = "NBGRADER_EXECUTION"
 AUTOGRADING_MODES = frozenset({"autograde", "validate"})
+#: Seconds one check may run under the grader; nbgrader's per-cell timeout (the course
+#: config, tools/classroom.py) is a little longer and catches loops outside a check.
+CHECK_TIME_LIMIT_S = 50
+#: Width of the feedback a student reads on the feedback page.
+FEEDBACK_WIDTH = 90
+#: Width of CheckFailed's message: `nbgrader validate` indents each line by 4, prefixes
+#: "CheckFailed: " and cuts lines at 87 characters.
+VALIDATE_WIDTH = 70
+#: nbgrader's per-cell timeout in the course config tools/classroom.py writes.
+CELL_TIMEOUT_S = 60
+CELL_TOO_SLOW = (f"this cell did not finish in {CELL_TIMEOUT_S} s (nbgrader's limit for one "
+                 "cell): look for a loop that never ends")
+TOO_SLOW = ("your function did not finish in {seconds} s: look for a loop that never ends "
+            "(a `while` whose condition never changes, or a loop over something that grows).")
 
 
 class CheckFailed(AssertionError):
@@ -46,24 +81,71 @@ class PrintedFeedback(Feedback):
     """A passed Feedback that IPython shows by printing it (no value for nbgrader to parse)."""
 
     def _ipython_display_(self) -> None:
-        print(self)
+        print(self.wrapped(FEEDBACK_WIDTH))
+
+
+@dataclass(frozen=True, repr=False)
+class GradedFeedback(Feedback):
+    """The grader's verdict, returned by the visible line of its own cell: shows nothing
+    (the grader printed it already) and is true only when passed."""
+
+    def _ipython_display_(self) -> None:
+        pass
+
+
+#: Verdicts of the grader in this kernel: {(check name, ids of its arguments): [Feedback,
+#: shown by the visible line yet]}. Only what the visible line displays depends on it.
+_verdicts: dict[tuple, list] = {}
+
+
+def _key(name: str, args: tuple, kwargs: dict) -> tuple:
+    """The same for the same objects (by identity; literals by value) in the same order."""
+    def same(value):
+        return repr(value) if isinstance(value, str | int | float | bool | None) else id(value)
+    return (name, tuple(map(same, args)), tuple(sorted((k, same(v)) for k, v in kwargs.items())))
 
 
 def graded(check: Callable[..., Feedback]) -> Callable[..., Feedback]:
-    """Return ``check`` made gradable: unchanged for a learner; under nbgrader it raises
-    CheckFailed unless the check passed, and a passed Feedback prints itself."""
+    """Return ``check`` made gradable: unchanged for a learner; under nbgrader it returns
+    the grader's verdict if the grader ran it, else raises CheckFailed unless passed."""
 
     @functools.wraps(check)
     def run(*args, **kwargs):
+        if autograding():
+            seen = _verdicts.get(_key(check.__name__, args, kwargs))
+            if seen is not None:  # the grader ran this check: do not run the learner's code again
+                feedback, shown = seen
+                seen[1] = True
+                if shown:  # a later, ungraded cell: the verdict as a learner reads it
+                    return feedback
+                return GradedFeedback(feedback.exercise, feedback.status, feedback.message)
         feedback = check(*args, **kwargs)
         if not autograding() or not isinstance(feedback, Feedback):
             return feedback
         if feedback.status != PASSED:
-            raise CheckFailed(str(feedback))
+            raise CheckFailed(feedback.wrapped(VALIDATE_WIDTH))
         return PrintedFeedback(feedback.exercise, feedback.status, feedback.message)
 
     run.__wrapped_check__ = check
     return run
+
+
+class CellTimeout(Exception):
+    """Shown instead of the KeyboardInterrupt nbgrader's cell timeout sends the kernel."""
+
+
+def explain_cell_timeouts() -> None:
+    """Under autograde, show nbgrader's cell timeout (a KeyboardInterrupt, which nbgrader
+    sends a cell still running after CELL_TIMEOUT_S) as CELL_TOO_SLOW, with the traceback
+    pointing at the line that was running. Nothing changes for a learner alone."""
+    shell = _shell()
+    if shell is None or os.environ.get(AUTOGRADING_VARIABLE) != "autograde":
+        return
+
+    def timed_out(self, etype, value, tb, tb_offset=None):
+        self.showtraceback((CellTimeout, CellTimeout(CELL_TOO_SLOW), tb), tb_offset=tb_offset)
+
+    shell.set_custom_exc((KeyboardInterrupt,), timed_out)
 
 
 def make_checks_gradable(namespace: dict) -> None:
@@ -72,3 +154,345 @@ def make_checks_gradable(namespace: dict) -> None:
         wrapped = hasattr(value, "__wrapped_check__")
         if name.startswith("check_") and callable(value) and not wrapped:
             namespace[name] = graded(value)
+
+
+# --- the grader: what a hidden test cell runs ----------------------------------------------
+
+#: Modules whose code decides what a cell's outputs are, besides the lab's own (utils.*).
+_OUTPUT_MACHINERY = ("IPython.core.interactiveshell", "IPython.core.displayhook",
+                     "IPython.core.displaypub", "ipykernel.zmqshell", "ipykernel.displayhook",
+                     "ipykernel.iostream")
+_SHELL_METHODS = ("showtraceback", "_showtraceback", "showsyntaxerror", "run_cell",
+                  "run_cell_async", "run_ast_nodes", "run_code", "displayhook")
+
+
+def hidden_test(check_name: str, points: float, arguments: str, grader_path: str) -> str:
+    """The hidden part ``tools/classroom.py`` puts at the top of an autograded test cell:
+    load this file afresh from ``grader_path`` and grade ``check_name(arguments)``."""
+    return "\n".join([
+        "### BEGIN HIDDEN TESTS",
+        "# The grader (labchecks/grading.py), loaded afresh: students never see this part,",
+        "# and nbgrader restores it in every submission. It prints the verdict and shows the",
+        "# score as this cell's value; the line below then shows nothing more.",
+        f"__grader = {{'__name__': 'lesson_grader', '__file__': {grader_path!r}}}",
+        "exec(compile(open(__grader['__file__'], encoding='utf-8').read(), "
+        "__grader['__file__'], 'exec'), __grader)",
+        f"__grader['grade']({check_name!r}, {points!r},",
+        f"                  lambda: __grader['arguments']({arguments}))",
+        "del __grader",
+        "### END HIDDEN TESTS",
+    ])
+
+
+def arguments(*args, **kwargs) -> tuple[tuple, dict]:
+    """The arguments of the visible check call, as the hidden part passes them on."""
+    return args, kwargs
+
+
+def grade(check_name: str, points: float, arguments: Callable[[], tuple]) -> float:
+    """Grade one test cell: run the real ``check_name`` on ``arguments()``, print the
+    verdict, show the score (0 to ``points``) as the cell's value and return it.
+
+    Never raises for anything the learner's code does: a cell that shows a score is scored
+    by it, and only by it. The score is 0 when the lab's checks or IPython's output
+    machinery are not the code on disk (code in the notebook replaced them).
+    """
+    changed = tampering()
+    if changed:
+        feedback = Feedback(check_name, FAILED, "not graded: code in this notebook replaced "
+                            f"part of the grader ({'; '.join(changed[:3])}). Your teacher "
+                            "will read it by hand.")
+    else:
+        feedback = _run_check(check_name, arguments)
+        changed = tampering()  # the learner's function ran: look again
+        if changed:
+            feedback = Feedback(feedback.exercise, FAILED, "not graded: while the check ran, "
+                                "your code replaced part of the grader "
+                                f"({'; '.join(changed[:3])}). Your teacher will read it by hand.")
+    fraction = 1.0 if feedback.status == PASSED else _fraction(feedback)
+    score = round(points * fraction, 2)
+    print(feedback.wrapped(FEEDBACK_WIDTH))
+    if fraction and feedback.status != PASSED:
+        print(f"   Partial credit: {score:g} of {points:g} points.")
+    if changed:
+        _remember(feedback, check_name, arguments)  # the visible line: nothing more to show
+        # A second channel nbgrader reads as 0 (a cell that wrote to stderr), whatever
+        # became of the value.
+        sys.stderr.write(f"grader: {'; '.join(changed[:3])}\n")
+        sys.stderr.flush()
+    shell = _shell()
+    if shell is not None:
+        shell.displayhook(score)
+    return score
+
+
+def _remember(feedback: Feedback, check_name: str, arguments: Callable[[], tuple]) -> None:
+    try:
+        args, kwargs = arguments()
+    except Exception:
+        return
+    _visible_verdicts()[_key(check_name, args, kwargs)] = [feedback, False]
+
+
+def _fraction(feedback: Feedback) -> float:
+    score = getattr(feedback, "score", None)
+    return min(max(float(score), 0.0), 1.0) if isinstance(score, int | float) else 0.0
+
+
+def _shell():
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return None
+    return get_ipython()
+
+
+class TooSlow(BaseException):
+    """Raised inside the learner's code when a check runs past CHECK_TIME_LIMIT_S (a
+    BaseException, so the learner's ``except Exception`` does not swallow it)."""
+
+
+def _run_check(check_name: str, arguments: Callable[[], tuple]) -> Feedback:
+    check = _real_check(check_name)
+    if check is None:
+        return Feedback(check_name, FAILED, f"the grader found no {check_name} in the lab's "
+                        "checks: tell your teacher.")
+    try:
+        args, kwargs = arguments()
+    except NameError as error:
+        from labchecks.feedback import explain
+        return Feedback(check_name, FAILED, explain(error))
+    record = _visible_verdicts()
+    key = _key(check_name, args, kwargs)
+    # "Exercise 02.2: ..." opens each check's docstring: name the exercise as the check does.
+    found = re.search(r"Exercise \d+\.(\d+)", check.__doc__ or "")
+    exercise = f"Exercise {found[1]}" if found else check_name
+    record[key] = [Feedback(exercise, FAILED, TOO_SLOW.format(seconds=CHECK_TIME_LIMIT_S)),
+                   False]
+    try:
+        with learner_output_silenced(), time_limit(CHECK_TIME_LIMIT_S):
+            feedback = check(*args, **kwargs)
+    except TooSlow:
+        feedback = record[key][0]
+    except KeyboardInterrupt:  # nbgrader's own cell timeout interrupted the kernel
+        feedback = Feedback(exercise, FAILED, TOO_SLOW.format(seconds="the time allowed"))
+    except Exception as error:  # the check itself broke on this answer: say so, score 0
+        from labchecks.feedback import first_line
+        feedback = Feedback(exercise, FAILED, f"the check could not run your answer "
+                            f"(`{first_line(error)}`). Run the cell above this one, fix what "
+                            "it reports, and run this one again.")
+    if not isinstance(feedback, Feedback):
+        feedback = Feedback(exercise, FAILED, "the check returned no verdict: tell your teacher.")
+    record[key] = [feedback, False]
+    return feedback
+
+
+def _visible_verdicts() -> dict:
+    """The verdict table of the kernel's own copy of this module (what the visible line
+    reads); a throwaway dict when it is not loaded."""
+    module = _loaded(_here())
+    table = getattr(module, "_verdicts", None)
+    return table if isinstance(table, dict) else {}
+
+
+def _here() -> Path:
+    """This file on disk (also when the hidden part exec()s it under another name)."""
+    return Path(globals().get("__file__") or __file__).resolve()
+
+
+def _loaded(path: Path):
+    """The module loaded from ``path`` in this kernel (found by its file, not its name)."""
+    return next((m for m in list(sys.modules.values()) if _file_of(m) == path), None)
+
+
+def _real_check(check_name: str) -> Callable[..., Feedback] | None:
+    """The check named ``check_name`` as defined in a ``labchecks/labNN.py`` on disk,
+    taken from the loaded module whose code :func:`tampering` verifies."""
+    for path in sorted(_here().parent.glob("lab*.py")):
+        if f"def {check_name}(" not in path.read_text(encoding="utf-8"):
+            continue
+        module = _loaded(path)
+        check = vars(module).get(check_name) if module is not None else None
+        return inspect.unwrap(check) if callable(check) else None
+    return None
+
+
+@contextlib.contextmanager
+def learner_output_silenced() -> Iterator[None]:
+    """Keep what the learner's code writes to stderr (print(file=sys.stderr), warnings,
+    logging, a progress bar, the C level) out of the cell: nbgrader scores a test cell that
+    wrote to stderr 0. What it prints to stdout still shows."""
+    previous_disable = logging.root.manager.disable
+    saved_fd = None
+    try:
+        sys.stderr.flush()
+        saved_fd = os.dup(2)
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 2)
+    except (OSError, ValueError, AttributeError):
+        saved_fd = None
+    try:
+        with contextlib.redirect_stderr(io.StringIO()), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            logging.disable(logging.CRITICAL)
+            yield
+    finally:
+        logging.disable(previous_disable)
+        if saved_fd is not None:
+            os.dup2(saved_fd, 2)
+            os.close(saved_fd)
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float) -> Iterator[None]:
+    """Raise TooSlow in the learner's code after ``seconds`` (main thread, Unix only)."""
+    usable = hasattr(signal, "setitimer") and _in_main_thread()
+    if not usable:
+        yield
+        return
+
+    def too_slow(signum, frame):
+        raise TooSlow()
+
+    previous = signal.signal(signal.SIGALRM, too_slow)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _in_main_thread() -> bool:
+    import threading
+    return threading.current_thread() is threading.main_thread()
+
+
+# --- is the code that grades the code on disk? ----------------------------------------------
+
+
+def tampering() -> list[str]:
+    """What code in the notebook replaced: a function or method of a loaded ``utils``
+    module or of IPython's output machinery whose code is not its file's, a name one of
+    those modules imports that is no longer what it imported, or an IPython method
+    overridden on the shell. Empty when everything is as on disk."""
+    checks = _here().parent  # the checks' package, and the utils package beside or above it
+    roots = [checks, *(d for d in (checks.parent, checks.parent / "utils")
+                       if d.name == "utils" and d.is_dir())]
+    names = [name for name, module in list(sys.modules.items()) if _file_of(module) is not None
+             and any(_file_of(module).is_relative_to(root) for root in roots)]
+    problems = []
+    for name in names + [m for m in _OUTPUT_MACHINERY if m in sys.modules]:
+        problems += _module_changes(name)
+    shell = _shell()
+    if shell is not None:
+        problems += _shell_changes(shell)
+    return problems
+
+
+def _shell_changes(shell) -> list[str]:
+    """IPython methods replaced on the shell itself (IPython binds some of its own methods
+    there: those are fine), and a display hook that is not IPython's."""
+    own = {id(value) for cls in type(shell).__mro__ for value in vars(cls).values()}
+    problems = []
+    for method in _SHELL_METHODS:
+        value = vars(shell).get(method)
+        if value is None or method == "displayhook":
+            continue
+        if getattr(value, "__self__", None) is not shell or id(value.__func__) not in own:
+            problems.append(f"get_ipython().{method}")
+    hook = getattr(shell, "displayhook", None)
+    if type(hook).__module__ not in _OUTPUT_MACHINERY or any(
+            isinstance(value, types.FunctionType | types.MethodType)
+            for value in vars(hook).values()) or sys.displayhook is not hook:
+        problems.append("get_ipython().displayhook")
+    return problems
+
+
+def _file_of(module) -> Path | None:
+    path = getattr(module, "__file__", None)
+    if not isinstance(path, str) or not path.endswith(".py"):
+        return None
+    return Path(path).resolve()
+
+
+@functools.cache
+def _compiled(path: Path, mtime: float) -> tuple[types.CodeType, ast.Module]:
+    source = path.read_text(encoding="utf-8")
+    return compile(source, str(path), "exec", dont_inherit=True), ast.parse(source)
+
+
+def _module_changes(name: str) -> list[str]:
+    module = sys.modules.get(name)
+    path = _file_of(module)
+    if path is None or not path.exists():
+        return []
+    code, tree = _compiled(path, path.stat().st_mtime)
+    namespace = vars(module)
+    problems = []
+    for defined, codes in _defined_code(code).items():
+        value = namespace.get(defined)
+        if value is None:
+            continue
+        if isinstance(value, type):
+            if value.__module__ == name:
+                problems += [f"{name}.{defined}.{m}" for m in _class_changes(value, codes[0])]
+            continue
+        if _replaced(value, defined, codes):
+            problems.append(f"{name}.{defined}")
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module in sys.modules:
+            source = sys.modules[node.module]
+            for alias in node.names:
+                bound = alias.asname or alias.name
+                if alias.name == "*" or bound not in namespace or not hasattr(source, alias.name):
+                    continue
+                if _unwrapped(namespace[bound]) is not _unwrapped(getattr(source, alias.name)):
+                    problems.append(f"{name}.{bound}")
+    return problems
+
+
+def _unwrapped(value):
+    try:
+        return inspect.unwrap(value)
+    except ValueError:  # a cycle of __wrapped__
+        return value
+
+
+def _defined_code(code: types.CodeType) -> dict[str, list[types.CodeType]]:
+    """{name: its code objects} for the functions and classes a module or class body defines."""
+    found: dict[str, list[types.CodeType]] = {}
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType) and not const.co_name.startswith("<"):
+            found.setdefault(const.co_name, []).append(const)
+    return found
+
+
+def _class_changes(cls: type, body: types.CodeType) -> list[str]:
+    changed = []
+    for method, codes in _defined_code(body).items():
+        value = vars(cls).get(method)
+        if isinstance(value, staticmethod | classmethod):
+            value = value.__func__
+        if isinstance(value, property):
+            own = [getattr(f, "__code__", None) for f in (value.fget, value.fset, value.fdel) if f]
+            if not any(c in codes for c in own):
+                changed.append(method)
+        elif value is not None and not isinstance(value, type) and _replaced(value, method,
+                                                                             codes):
+            changed.append(method)
+    return changed
+
+
+def _replaced(value, name: str, codes: list[types.CodeType]) -> bool:
+    """True when ``value``, bound to ``name`` in a module or class, is a function whose code
+    is not what the file defines under that name (through any ``__wrapped__``: a decorator's
+    wrapper counts as the function it wraps)."""
+    chain, seen = [getattr(value, "func", value)], 0  # traitlets' @default, @observe handlers
+    while hasattr(chain[-1], "__wrapped__") and seen < 20:
+        chain.append(chain[-1].__wrapped__)
+        seen += 1
+    own_codes = [getattr(link, "__code__", None) for link in chain]
+    if any(c in codes for c in own_codes if c is not None):
+        return False
+    return any(c is not None for c in own_codes)

@@ -129,15 +129,37 @@ def _prepare_not_there(exercise: str, prepare: Callable, batch: torch.Tensor,
                                       "device fixed in the function.")
 
 
-#: The expressions of exercise 02.3, and why each is True or False.
-IS_QUESTIONS = {
-    "t.to('cpu') is t": (True, "nothing changes, so Tensor.to returns `t` itself"),
-    "t.to(torch.float64) is t": (False, "the dtype changes, so Tensor.to builds a new tensor"),
-    "t.to('cpu', copy=True) is t": (False, "copy=True always builds a new tensor"),
-    "t.cpu() is t": (True, "`.cpu()` is `.to('cpu')`: nothing changes, so you get `t` back"),
-    "model.to('cpu') is model": (True, "Module.to changes the module in place and returns it"),
-    "model.to(torch.float64) is model": (True, "Module.to always returns the module itself"),
+#: The expressions of exercise 02.3. No answer key ships with the lab: the check runs them.
+IS_QUESTIONS = (
+    "t.to('cpu') is t",
+    "t.to(torch.float64) is t",
+    "t.to('cpu', copy=True) is t",
+    "t.cpu() is t",
+    "model.to('cpu') is model",
+    "model.to(torch.float64) is model",
+)
+#: Why each expression comes out as it does, shown next to a wrong prediction: the rule, as
+#: notebook 01 states it. The truth itself is not stored: the check runs the expressions.
+_WHY = {
+    IS_QUESTIONS[0]: "nothing changes, so Tensor.to returns `t` itself",
+    IS_QUESTIONS[1]: "the dtype changes, so Tensor.to builds a new tensor",
+    IS_QUESTIONS[2]: "copy=True always builds a new tensor",
+    IS_QUESTIONS[3]: "`.cpu()` is `.to('cpu')`: nothing changes, so you get `t` back",
+    IS_QUESTIONS[4]: "Module.to changes the module in place and returns it",
+    IS_QUESTIONS[5]: "Module.to always returns the module itself",
 }
+
+#: Points per exercise under nbgrader (tools/nbgrader_cells.py); the six predictions earn
+#: their part each.
+POINTS = {"check_where_is_it_now": 1, "check_prepare": 2, "check_is_predictions": 3,
+          "check_model_and_optimizer": 2}
+
+
+def _run_for_real(question: str) -> bool:
+    """``question`` evaluated on a fresh float32 CPU tensor and Linear: the truth."""
+    t = torch.ones(3, dtype=torch.float32, device="cpu")
+    model = nn.Linear(3, 2, dtype=torch.float32, device="cpu")
+    return bool(eval(question, {"torch": torch, "t": t, "model": model}))  # our own six
 
 
 def check_is_predictions(predict: Callable[[], dict]) -> Feedback:
@@ -158,19 +180,21 @@ def check_is_predictions(predict: Callable[[], dict]) -> Feedback:
     if not_bool:
         return Feedback(exercise, FAILED, f"use True or False (not {answers[not_bool[0]]!r}) "
                                           f"for: {', '.join(not_bool)}.")
-    wrong = [q for q, (truth, _) in IS_QUESTIONS.items() if answers[q] is not truth]
+    truth = {q: _run_for_real(q) for q in IS_QUESTIONS}
+    wrong = [q for q in IS_QUESTIONS if answers[q] is not truth[q]]
     if not wrong:
         return Feedback(exercise, PASSED, "all six right. Tensor.to returns self only when "
                                           "nothing changes; Module.to always returns self.")
-    reasons = "; ".join(f"`{q}` is {IS_QUESTIONS[q][0]}: {IS_QUESTIONS[q][1]}" for q in wrong)
     hints = []
     if all(answers[q] is False for q in IS_QUESTIONS if q.startswith("t")):
         hints.append("You seem to think Tensor.to always copies: not when nothing changes.")
     if all(answers[q] is False for q in IS_QUESTIONS if q.startswith("model")):
         hints.append("You seem to think Module.to returns a new model, like Tensor.to: it "
                      "works in place and returns the same module.")
-    return Feedback(exercise, FAILED, f"{len(wrong)} of 6 wrong. {reasons}. {' '.join(hints)}"
-                    .rstrip())
+    reasons = "; ".join(f"`{q}` is {truth[q]}: {_WHY[q]}" for q in wrong)
+    right = len(IS_QUESTIONS) - len(wrong)
+    return Feedback(exercise, FAILED, f"{' '.join(hints)} {len(wrong)} of 6 wrong. {reasons}."
+                    .strip(), score=right / len(IS_QUESTIONS))
 
 
 def check_model_and_optimizer(build: Callable, other: torch.device) -> Feedback:

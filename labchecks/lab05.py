@@ -11,6 +11,7 @@ file a check writes asks for :func:`_leave_marker`, which only appends to
 from __future__ import annotations
 
 import os
+import secrets
 from collections.abc import Callable, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -398,7 +399,9 @@ def check_whole_model(load_whole_model_safely: Callable,
     folder.mkdir(parents=True, exist_ok=True)
     original = mystery_net(seed=54)
     saved = _saved(original)
-    good_path, hostile_path = folder / "lab05_check_whole.pt", folder / "lab05_check_hostile.pt"
+    # Neutral, fresh names: a loader cannot tell the two files apart by name.
+    names = [f"lab05_check_{secrets.token_hex(4)}.pt" for _ in range(2)]
+    good_path, hostile_path = folder / names[0], folder / names[1]
     torch.save(original, good_path)
     torch.save({"model": mystery_net(seed=55), "bonus": LeavesAMarker()}, hostile_path)
     trusted = [MysteryNet, nn.Linear]
@@ -417,6 +420,8 @@ def check_whole_model(load_whole_model_safely: Callable,
         grew = _forget(trusted)  # undo a process-wide allowlisting of the trusted classes
         ran_code = len(MARKERS) > markers_before
         del MARKERS[markers_before:]
+        for path in (good_path, hostile_path):  # fresh names each run: leave none behind
+            path.unlink(missing_ok=True)
     if ran_code:
         return Feedback(exercise, FAILED, "your loader ran code hidden in the second file: "
                         "weights_only=False unpickles anything a file names (here a harmless "

@@ -12,15 +12,24 @@ CONTRIBUTING.md asks of every lab:
   (``checks.check_resume(save_checkpoint, load_checkpoint, device)`` is worth 2);
 - every other cell carries no nbgrader metadata.
 
-Under nbgrader a check that is not passed raises (labchecks/grading.py), so nbgrader
-scores the test cell 0; a passed check scores its points.
+A lab's check module may weigh its exercises: ``POINTS = {"check_is_predictions": 3}`` in
+``labchecks/labNN.py`` (read without importing it, by :func:`declared_points`). The
+course ``tools/classroom.py`` writes uses those points; labs/solutions keeps one point per
+function, so that ``make labs`` does not depend on them.
+
+Under nbgrader each test cell shows its score as its value (the grader, hidden in the cell
+by tools/classroom.py; labchecks/grading.py), and nbgrader gives the cell that score.
 """
 
 from __future__ import annotations
 
+import ast
 import re
+from pathlib import Path
 
 import nbformat
+
+CHECKS = Path(__file__).resolve().parent.parent / "labchecks"
 
 SCHEMA_VERSION = 3  # nbgrader's cell metadata schema (nbgrader 0.9)
 SOLUTION_MARK = "### BEGIN SOLUTION"
@@ -43,7 +52,7 @@ def solution_functions(notebook: nbformat.NotebookNode) -> list[str]:
     return names
 
 
-def _metadata(grade_id: str, *, solution: bool, points: int | None) -> dict:
+def _metadata(grade_id: str, *, solution: bool, points: float | None) -> dict:
     fields = {
         "grade": points is not None,
         "grade_id": grade_id,
@@ -57,12 +66,26 @@ def _metadata(grade_id: str, *, solution: bool, points: int | None) -> dict:
     return fields
 
 
-def with_nbgrader_metadata(notebook: nbformat.NotebookNode) -> nbformat.NotebookNode:
+def declared_points(lab: Path) -> dict[str, float]:
+    """``POINTS`` of the lab's check module (``labchecks/labNN.py``), or {} if none."""
+    module = CHECKS / f"lab{Path(lab).name[:2]}.py"
+    if not module.exists():
+        return {}
+    for node in ast.parse(module.read_text(encoding="utf-8")).body:
+        targets = node.targets if isinstance(node, ast.Assign) else []
+        if any(isinstance(t, ast.Name) and t.id == "POINTS" for t in targets):
+            return dict(ast.literal_eval(node.value))
+    return {}
+
+
+def with_nbgrader_metadata(notebook: nbformat.NotebookNode,
+                           points: dict[str, float] | None = None) -> nbformat.NotebookNode:
     """Return a copy of the solution lab ``notebook`` with nbgrader metadata on every cell.
 
     Idempotent: metadata is computed from the sources, and any older nbgrader metadata is
-    replaced. Raises ValueError when a lab has no check cell, or a check checks nothing the
-    learner wrote.
+    replaced. ``points`` ({check name: points}) overrides one point per learner function.
+    Raises ValueError when a lab has no check cell, or a check checks nothing the learner
+    wrote.
     """
     notebook = nbformat.from_dict(notebook)
     functions = solution_functions(notebook)
@@ -86,15 +109,16 @@ def with_nbgrader_metadata(notebook: nbformat.NotebookNode) -> nbformat.Notebook
                 f"`{cell.source.strip()}` checks none of the learner's functions "
                 f"({', '.join(functions)}); pass the function the exercise asks for."
             )
+        worth = (points or {}).get(call["check"], len(checked))
         cell.metadata["nbgrader"] = _metadata(_unique(call["check"], used), solution=False,
-                                              points=len(checked))
+                                              points=worth)
         graded += 1
     if functions and not graded:
         raise ValueError("no check cell (a cell starting with `checks.check_`) in this lab")
     return notebook
 
 
-def points(notebook: nbformat.NotebookNode) -> dict[str, int]:
+def points(notebook: nbformat.NotebookNode) -> dict[str, float]:
     """Return ``{grade_id: points}`` for the autograded test cells of ``notebook``."""
     return {c.metadata.nbgrader["grade_id"]: c.metadata.nbgrader["points"]
             for c in notebook.cells if c.metadata.get("nbgrader", {}).get("grade")}

@@ -190,7 +190,8 @@ def test_an_overridden_device_is_not_blamed_on_the_result_not_kept():
 # --- exercise 3: is or is not --------------------------------------------------------------
 
 
-RIGHT = {question: truth for question, (truth, _) in checks.IS_QUESTIONS.items()}
+RIGHT = {question: eval(question, {"torch": torch, "t": torch.ones(3), "model": nn.Linear(3, 2)})
+         for question in checks.IS_QUESTIONS}
 
 
 def predictions_literal():
