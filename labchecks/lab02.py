@@ -17,9 +17,11 @@ from labchecks.feedback import (
     rebinds,
     recorded_to_calls,
 )
+from labchecks.grading import graded
 from utils.devices import unusable_device
 
 
+@graded
 def check_where_is_it_now(predict: Callable[[], str], other: torch.device) -> Feedback:
     """Exercise 02.1: predict ``batches[0].device`` after a loop of bare ``batch.to(other)``.
 
@@ -44,6 +46,7 @@ def check_where_is_it_now(predict: Callable[[], str], other: torch.device) -> Fe
                     "write `batches = [b.to(other) for b in batches]`.)")
 
 
+@graded
 def check_prepare(prepare: Callable, other: torch.device) -> Feedback:
     """Exercise 02.2: ``prepare(batch, device)`` must return ``batch`` on ``device``.
 
@@ -162,6 +165,7 @@ def _run_for_real(question: str) -> bool:
     return bool(eval(question, {"torch": torch, "t": t, "model": model}))  # our own six
 
 
+@graded
 def check_is_predictions(predict: Callable[[], dict]) -> Feedback:
     """Exercise 02.3: predict True/False for each expression in :data:`IS_QUESTIONS`.
 
@@ -197,6 +201,7 @@ def check_is_predictions(predict: Callable[[], dict]) -> Feedback:
                     .strip(), score=right / len(IS_QUESTIONS))
 
 
+@graded
 def check_model_and_optimizer(build: Callable, other: torch.device) -> Feedback:
     """Exercise 02.4: ``build(device)`` returns ``(model, optimizer)``, ready to train there.
 
@@ -280,6 +285,7 @@ def _leaf_behind(tensor: torch.Tensor) -> torch.Tensor | None:
     return None
 
 
+@graded
 def check_trainable(make: Callable, other: torch.device) -> Feedback:
     """Exercise 02.5: ``make(values, device)`` returns a weight to train on ``device``.
 

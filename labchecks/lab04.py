@@ -33,6 +33,7 @@ from labchecks.feedback import (
     reads_outer_name,
     rebinds,
 )
+from labchecks.grading import graded
 from utils.devices import unusable_device
 from utils.placement import IN_DICT, IN_LIST, TENSOR_ATTRIBUTE, audit
 
@@ -215,6 +216,7 @@ def _what_changed(model: nn.Module) -> str:
     return ""
 
 
+@graded
 def check_device_agnostic_model(build_model: Callable[[], nn.Module],
                                 device: torch.device | str,
                                 other: torch.device | str) -> Feedback:
@@ -294,6 +296,7 @@ def check_device_agnostic_model(build_model: Callable[[], nn.Module],
 # --------------------------------------------------------------------------- exercise 2
 
 
+@graded
 def check_training_setup(build_training: Callable, device: torch.device | str,
                          other: torch.device | str) -> Feedback:
     """Exercise 04.2: ``build_training(model, device)`` returns ``(model, loss_fn, optimizer)``.
@@ -388,6 +391,7 @@ def _step_fails(train_step: Callable, target: torch.device, move_inputs: bool,
     return _is_mismatch(error)
 
 
+@graded
 def check_train_step(train_step: Callable, device: torch.device | str,
                      other: torch.device | str) -> Feedback:
     """Exercise 04.3: ``train_step(model, loss_fn, optimizer, inputs, targets, device)``.
@@ -463,6 +467,7 @@ def check_train_step(train_step: Callable, device: torch.device | str,
 # --------------------------------------------------------------------------- exercise 4
 
 
+@graded
 def check_predict(predict: Callable, device: torch.device | str,
                   other: torch.device | str) -> Feedback:
     """Exercise 04.4: ``predict(model, inputs, device)`` returns NumPy probabilities.

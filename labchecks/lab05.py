@@ -33,6 +33,7 @@ from labchecks.feedback import (
     not_attempted,
     recorded_to_calls,
 )
+from labchecks.grading import graded
 from utils.checkpoints import add_prefix, save_as_if_on
 
 #: Notes left by unpickling a :class:`LeavesAMarker`: proof that a loader ran pickled code.
@@ -149,6 +150,7 @@ def _where_it_went(calls: list[dict], tag: str, error: BaseException) -> str | N
     return None
 
 
+@graded
 def check_gpu_checkpoint(load_gpu_checkpoint: Callable, device: str | torch.device,
                          folder: str | os.PathLike = "checkpoints") -> Feedback:
     """Exercise 05.1: ``load_gpu_checkpoint(path, device)`` returns the state dict on ``device``.
@@ -346,6 +348,7 @@ def _check_prefixed(exercise: str, loader: Callable, prefix: str, wrapper: str,
                                       "inner names intact.")
 
 
+@graded
 def check_ddp_checkpoint(load_ddp_checkpoint: Callable,
                          folder: str | os.PathLike = "checkpoints") -> Feedback:
     """Exercise 05.2: ``load_ddp_checkpoint(path, model)`` loads ``module.``-prefixed weights.
@@ -358,6 +361,7 @@ def check_ddp_checkpoint(load_ddp_checkpoint: Callable,
                            "DataParallel / DistributedDataParallel", folder)
 
 
+@graded
 def check_compiled_checkpoint(load_compiled_checkpoint: Callable,
                               folder: str | os.PathLike = "checkpoints") -> Feedback:
     """Exercise 05.3: ``load_compiled_checkpoint(path, model)`` loads ``_orig_mod.`` keys.
@@ -383,6 +387,7 @@ def _forget(classes: list) -> bool:
     return True
 
 
+@graded
 def check_whole_model(load_whole_model_safely: Callable,
                       folder: str | os.PathLike = "checkpoints") -> Feedback:
     """Exercise 05.4: ``load_whole_model_safely(path, trusted)`` loads a pickled MysteryNet

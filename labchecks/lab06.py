@@ -29,6 +29,7 @@ from labchecks.feedback import (
     explain,
     first_line,
 )
+from labchecks.grading import graded
 
 
 def tiny_training(device: str | torch.device, seed: int = 0):
@@ -158,6 +159,7 @@ UNSAFE = ("your load_checkpoint calls torch.load with weights_only=False. That u
           "state_dict()s, not whole objects.")
 
 
+@graded
 def check_resume(save_checkpoint: Callable, load_checkpoint: Callable,
                  device: str | torch.device, folder: str = "checkpoints") -> Feedback:
     """Exercises 06.2/06.3: train 4 epochs straight, and 2 + save + load + 2; compare.
@@ -354,6 +356,7 @@ def _crash_at_rename(crashes: list):
     return mock.patch("os.replace", crash), mock.patch("os.rename", crash)
 
 
+@graded
 def check_atomic_save(atomic_save: Callable, folder: str = "checkpoints") -> Feedback:
     """Exercise 06.1: ``atomic_save(obj, path)`` never leaves a broken file under ``path``.
 

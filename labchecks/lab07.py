@@ -22,16 +22,17 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from labchecks.feedback import FAILED, PASSED, Feedback, attempt_within, device_name
+from labchecks.grading import graded
 from utils.footprint import footprint
 from utils.text import format_bytes
 from utils.traffic import Ledger
 
 #: The class weights of lab 07's loss.
-LAB07_CLASS_WEIGHTS = (1.0, 2.0, 1.0)
+CLASS_WEIGHTS = (1.0, 2.0, 1.0)
 _ROWS, _FEATURES, _BATCH = 512, 16, 32
 
 
-def lab07_data() -> tuple[torch.Tensor, torch.Tensor]:
+def data() -> tuple[torch.Tensor, torch.Tensor]:
     """Lab 07's dataset, on the CPU: 512 rows of 16 float32 features, labels 0-2.
 
     Introduced in lab 07_moving_data_fast."""
@@ -40,7 +41,7 @@ def lab07_data() -> tuple[torch.Tensor, torch.Tensor]:
     return features, torch.randint(0, 3, (_ROWS,), generator=generator)
 
 
-def lab07_model(device: str | torch.device = "cpu"):
+def model_and_optimizer(device: str | torch.device = "cpu"):
     """Return ``(model, optimizer)``: lab 07's small classifier on ``device`` and its SGD.
 
     The same seed every time, so two runs start from the same weights.
@@ -60,7 +61,7 @@ def train_slow(model, optimizer, features, labels, device, steps: int) -> float:
         all_inputs = features.to(device)  # the whole dataset, every step
         all_labels = labels.to(device)
         rows = slice(step * _BATCH, (step + 1) * _BATCH)
-        weights = torch.tensor(LAB07_CLASS_WEIGHTS).to(device)  # made on the CPU, then moved
+        weights = torch.tensor(CLASS_WEIGHTS).to(device)  # made on the CPU, then moved
         loss = nn.functional.cross_entropy(model(all_inputs[rows]), all_labels[rows],
                                            weight=weights)
         optimizer.zero_grad()
@@ -73,7 +74,7 @@ def train_slow(model, optimizer, features, labels, device, steps: int) -> float:
 @functools.cache
 def _slow_result() -> float:
     """What the slow loop returns for 8 steps on the CPU (computed once)."""
-    return train_slow(*lab07_model("cpu"), *lab07_data(), torch.device("cpu"), 8)
+    return train_slow(*model_and_optimizer("cpu"), *data(), torch.device("cpu"), 8)
 
 
 class _HostReads(TorchFunctionMode):
@@ -113,9 +114,9 @@ def _within(exercise: str, function: Callable, *args,
 @functools.cache
 def _slow_losses(weighted: bool) -> tuple[float, ...]:
     """The 8 per-step losses of the slow loop on the CPU, with or without the class weights."""
-    model, optimizer = lab07_model("cpu")
-    features, labels = lab07_data()
-    weight = torch.tensor(LAB07_CLASS_WEIGHTS) if weighted else None
+    model, optimizer = model_and_optimizer("cpu")
+    features, labels = data()
+    weight = torch.tensor(CLASS_WEIGHTS) if weighted else None
     losses = []
     for step in range(8):
         rows = slice(step * _BATCH, (step + 1) * _BATCH)
@@ -147,8 +148,8 @@ def _why_result(value: float) -> str:
 def _traffic(train: Callable, device: torch.device, steps: int):
     """Run ``train`` for ``steps`` steps under a ledger; return (ledger, result, problem),
     the ledger with ``reads``: the host reads by name."""
-    model, optimizer = lab07_model(device)
-    features, labels = lab07_data()
+    model, optimizer = model_and_optimizer(device)
+    features, labels = data()
     reads = _HostReads()
     ledger = Ledger()
 
@@ -193,6 +194,7 @@ def _explain_raise(problem: Feedback, device: torch.device) -> Feedback:
     return problem
 
 
+@graded
 def check_fast_training(train: Callable, other: str | torch.device = "meta") -> Feedback:
     """Exercise 07.1: ``train(model, optimizer, features, labels, device, steps)``.
 
@@ -204,8 +206,8 @@ def check_fast_training(train: Callable, other: str | torch.device = "meta") -> 
     exercise = "Exercise 1"
     other = torch.device(other)
     expected = _slow_result()
-    model, optimizer = lab07_model("cpu")
-    result, problem = _within(exercise, train, model, optimizer, *lab07_data(),
+    model, optimizer = model_and_optimizer("cpu")
+    result, problem = _within(exercise, train, model, optimizer, *data(),
                               torch.device("cpu"), 8)
     if problem is not None:
         return _explain_raise(problem, torch.device("cpu"))
@@ -259,11 +261,11 @@ def _extra_copies(short: Ledger, long: Ledger, steps: int = 4) -> Counter:
 
 def _copied_each_step(extra: Counter, steps: int) -> str:
     """What each extra step copies, named by size: 'features, 32.0 KiB; labels, 4.0 KiB'."""
-    features, labels = lab07_data()
+    features, labels = data()
     names = {features.nbytes: "features, all 512 rows", labels.nbytes: "labels, all 512 rows",
              features[:_BATCH].nbytes: "a batch of features",
              labels[:_BATCH].nbytes: "a batch of labels",
-             4 * len(LAB07_CLASS_WEIGHTS): "the class weights"}
+             4 * len(CLASS_WEIGHTS): "the class weights"}
     parts = []
     for (size, kind), count in sorted(extra.items(), reverse=True):
         name = {"back": "a result, to the host", "index": "a CPU index tensor"}.get(
@@ -287,10 +289,10 @@ def _judge_traffic(short: Ledger, long: Ledger, other: torch.device) -> Feedback
                         f"same result, and each step now makes 0 copies and waits 0 times on "
                         f"{device_name(other)}; what is left happens once, around the loop: "
                         f"{format_bytes(short.bytes_moved)} moved, {len(short.waits)} waits.")
-    features, labels = lab07_data()
+    features, labels = data()
     dataset = features.nbytes + labels.nbytes
     batch = (features.nbytes + labels.nbytes) * _BATCH // _ROWS
-    weights = 4 * len(LAB07_CLASS_WEIGHTS)
+    weights = 4 * len(CLASS_WEIGHTS)
     moved = sum(size * n for (size, kind), n in extra.items() if kind == "to") / steps
     seen = _copied_each_step(extra, steps)
     problems = []
@@ -381,6 +383,7 @@ def _adam_bytes(model: nn.Module, inputs: torch.Tensor) -> int:
     return result.parameters + result.gradients + result.optimizer_state
 
 
+@graded
 def check_adam_bytes(adam_bytes: Callable) -> Feedback:
     """Exercise 07.2: ``adam_bytes(model)`` predicts the bytes of parameters, gradients and
     Adam's state, checked against :func:`utils.footprint` on five kinds of model.
@@ -509,6 +512,7 @@ def exercise3_budgets(model: nn.Module, features: int = 64) -> dict[str, float]:
             "a budget too small for one row": float(_total(model, 1, features) - 1)}
 
 
+@graded
 def check_largest_batch(largest_batch: Callable) -> Feedback:
     """Exercise 07.3: ``largest_batch(model, features, budget_bytes)`` returns the largest
     batch size whose training step fits the budget (0 if none), as utils.footprint counts.

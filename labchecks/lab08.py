@@ -36,6 +36,7 @@ from labchecks.feedback import (
     not_a_function,
     not_attempted,
 )
+from labchecks.grading import graded
 
 #: What torchrun sets on the second machine of a 2 x 4-GPU job, for its second process.
 CLUSTER_ENV = {"RANK": "5", "LOCAL_RANK": "1", "WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "4",
@@ -56,7 +57,7 @@ import utils
 """
 
 
-def lab_model() -> nn.Module:
+def fresh_model() -> nn.Module:
     """The small model every exercise of lab 08 uses, with seed 0's initial weights.
 
     Introduced in lab 08_many_devices.
@@ -287,6 +288,7 @@ def _setup_problem(exercise: str, calls: list[tuple[str, object]],
     return problem
 
 
+@graded
 def check_setup_device(setup_device: Callable) -> Feedback:
     """Exercise 08.1: ``setup_device()`` returns ``(backend, device)`` for this process.
 
@@ -398,6 +400,7 @@ def _resolve(map_location: object, saved: str = "cuda:0") -> str:
     return str(device) if device is not None else f"invalid: {map_location!r}"
 
 
+@graded
 def check_rank_aware_load(load_for_this_rank: Callable, folder: str = "scratch_lab08") -> Feedback:
     """Exercise 08.2: ``load_for_this_rank(path, device)`` loads onto this process's device.
 
@@ -416,7 +419,7 @@ def check_rank_aware_load(load_for_this_rank: Callable, folder: str = "scratch_l
         return problem
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, "start.pt")
-    expected = lab_model().state_dict()
+    expected = fresh_model().state_dict()
     save_as_if_on({"model": expected, "epoch": 3}, path, "cuda:0")
     seen: list[dict] = []
 
@@ -506,7 +509,7 @@ import json
 import pathlib
 import sys
 
-from labchecks.lab08 import lab_model
+from labchecks.lab08 import fresh_model
 from utils.distributed import process_group
 
 {sources}
@@ -574,7 +577,7 @@ with process_group(timeout_s=grace_s + max(slows, default=0) + 12) as me:
                 return real_function(target, *args, **kwargs)
             return look
 
-        model = lab_model().to(me.device)
+        model = fresh_model().to(me.device)
         ddp = DDP(model, device_ids=[me.local_rank] if me.device.type == "cuda" else None)
         dist.barrier = dist.monitored_barrier = barrier
         torch.save, dcp.save, time.sleep = save, dcp_save, sleep
@@ -604,7 +607,7 @@ with process_group(timeout_s=grace_s + max(slows, default=0) + 12) as me:
         from torch.distributed.fsdp import fully_shard
 
         mesh = init_device_mesh(me.device.type, (me.world_size,))
-        sharded = lab_model().to(me.device)
+        sharded = fresh_model().to(me.device)
         for module in (sharded[0], sharded[2], sharded):
             fully_shard(module, mesh=mesh)
         dcp.save({{"model": get_model_state_dict(sharded)}},
@@ -745,7 +748,7 @@ def _judge_save(index: int, results: dict[int, dict]) -> Feedback:
                         "rank 1 returned from your function before rank 0 had finished writing, "
                         "so it found no file (or half of one). Make every rank wait at "
                         "dist.barrier() after the save, outside the `if`.")
-    if sorted(keys) != sorted(lab_model().state_dict()):
+    if sorted(keys) != sorted(fresh_model().state_dict()):
         return Feedback(exercise, FAILED, f"the file holds {keys}; save the model's state dict "
                                           "(keys like '0.weight').")
     waited = "a barrier that every rank reaches" if barriers[1] else "every rank waiting"
@@ -816,6 +819,7 @@ def judge_saves(functions: list[Callable], folder: str = "scratch_lab08",
     return [_judge_save(index, results.get(index, {})) for index in range(len(functions))]
 
 
+@graded
 def check_save_on_rank_zero(save_on_rank_zero: Callable,
                             folder: str = "scratch_lab08") -> Feedback:
     """Exercise 08.3: ``save_on_rank_zero(ddp, path)`` run for real on 2 processes (gloo).
@@ -891,6 +895,7 @@ def _load_state_dict_problem(exercise: str, text: str) -> Feedback | None:
                     "model.load_state_dict(state['model']).")
 
 
+@graded
 def check_load_sharded(load_sharded: Callable, folder: str = "scratch_lab08") -> Feedback:
     """Exercise 08.4: ``load_sharded(checkpoint_folder, model)`` fills ``model`` in one process.
 
@@ -919,7 +924,7 @@ def check_load_sharded(load_sharded: Callable, folder: str = "scratch_lab08") ->
             said = _plain_failure(str(error)) or "the 2 processes did not finish"
             return Feedback(exercise, FAILED, f"the check could not write the sharded "
                                               f"checkpoint ({said}); run this cell again.")
-    expected = lab_model().state_dict()
+    expected = fresh_model().state_dict()
     torch.manual_seed(123)
     model = nn.Sequential(nn.Linear(6, 10), nn.ReLU(), nn.Linear(10, 3))  # other weights
     before = {k: t.clone() for k, t in model.state_dict().items()}

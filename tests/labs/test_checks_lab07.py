@@ -16,12 +16,13 @@ from torch import nn
 
 import labchecks as checks
 import utils
+from labchecks import lab07
 from labchecks.lab07 import exercise3_budgets, largest_batch_reference
 
 OTHER = torch.device("meta")
 # a learner's float(loss) on a tensor that requires grad warns; that is their code, not ours
 pytestmark = pytest.mark.filterwarnings("ignore:Converting a tensor with requires_grad")
-WEIGHTS = checks.LAB07_CLASS_WEIGHTS
+WEIGHTS = lab07.CLASS_WEIGHTS
 F = nn.functional
 
 
@@ -280,7 +281,7 @@ def test_fast_training_names_each_mistake(mistake, phrases):
 
 
 def test_fast_training_names_every_mistake_of_the_slow_loop():
-    feedback = _status(checks.check_fast_training(checks.train_slow, OTHER), checks.FAILED,
+    feedback = _status(checks.check_fast_training(lab07.train_slow, OTHER), checks.FAILED,
                        "whole dataset", "class weights", "reads a value on the host")
     assert feedback.message.count("; and ") == 2
 
@@ -300,8 +301,8 @@ def test_fast_training_rejects_something_that_is_not_a_function():
 
 
 def test_slow_loop_is_deterministic():
-    first = checks.train_slow(*checks.lab07_model(), *checks.lab07_data(), "cpu", 3)
-    assert first == checks.train_slow(*checks.lab07_model(), *checks.lab07_data(), "cpu", 3)
+    first = lab07.train_slow(*lab07.model_and_optimizer(), *lab07.data(), "cpu", 3)
+    assert first == lab07.train_slow(*lab07.model_and_optimizer(), *lab07.data(), "cpu", 3)
 
 
 # --- exercise 2: predict the bytes of parameters, gradients and Adam's state ----------------
@@ -419,7 +420,7 @@ def test_adam_bytes_stub_is_not_attempted():
 
 
 def test_adam_bytes_models_cover_buffers_dtypes_ties_and_frozen_layers():
-    models = checks.exercise2_models()
+    models = lab07.exercise2_models()
     assert any(list(m.buffers()) for m, _ in models.values())
     assert any(p.dtype == torch.bfloat16 for m, _ in models.values() for p in m.parameters())
     assert any(not p.requires_grad for m, _ in models.values() for p in m.parameters())
@@ -600,7 +601,7 @@ def test_largest_batch_stub_is_not_attempted():
 
 
 def test_largest_batch_budgets_include_an_exact_fit_and_none():
-    model = checks.exercise3_model()
+    model = lab07.exercise3_model()
     budgets = exercise3_budgets(model)
     answers = [largest_batch_reference(model, 64, b) for b in budgets.values()]
     assert answers[1] == 100 and answers[2] == 0 and answers[0] > 100
@@ -634,3 +635,18 @@ def test_wrong_answers_get_messages_of_their_own(test, check, distinct):
     # number (float32), or SGD and no optimizer, inference with or without Adam
     answers = [answer for answer, _ in test.pytestmark[0].args[1]]
     assert len({check(answer).message for answer in answers}) == distinct
+
+
+def test_the_labs_own_slow_loop_is_the_checks_reference():
+    """Lab 07 shows its slow loop in a cell; it must compute what the check compares with."""
+    import nbformat
+
+    from tools import lessons
+
+    lab = nbformat.read(lessons.SOLUTIONS / "07_moving_data_fast.ipynb", as_version=4)
+    [cell] = [c for c in lab.cells if c.source.startswith("def train_slow(")]
+    namespace = {"torch": torch, "nn": nn}
+    exec(cell.source, namespace)
+    args = (*lab07.data(), "cpu", 3)
+    assert namespace["train_slow"](*lab07.model_and_optimizer(), *args) == lab07.train_slow(
+        *lab07.model_and_optimizer(), *args)
