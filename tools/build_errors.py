@@ -1,6 +1,7 @@
 """Write docs/errors.md, the error index, from its one source, docs/errors.toml.
 
-Each entry of the catalogue is one message a learner meets about devices and checkpoints: the
+Each entry of the catalogue is one message a learner meets about devices and checkpoints: an
+optional one-line triage shown first (which cause fits which symptom) with a check to paste, the
 message as PyTorch prints it, its causes (most likely first), each with its own fix in plain
 PyTorch (a catalogue entry with one cause may give one shared ``fix`` instead), and links to the
 notebook sections where it happens live. Messages marked ``pending`` (no notebook
