@@ -1,6 +1,7 @@
 """Write docs/errors.md, the error index, from its one source, docs/errors.toml.
 
-Each entry of the catalogue is one message a learner meets about devices and checkpoints: the
+Each entry of the catalogue is one message a learner meets about devices and checkpoints: an
+optional one-line triage shown first (which cause fits which symptom) with a check to paste, the
 message as PyTorch prints it, its causes (most likely first), each with its own fix in plain
 PyTorch (a catalogue entry with one cause may give one shared ``fix`` instead), and links to the
 notebook sections where it happens live. Messages marked ``pending`` (no notebook
@@ -114,7 +115,14 @@ def problems(entry: dict) -> list[str]:
             found.append(f"cause {number}: a fix is one or two lines, not {len(fix_lines(code))}")
         if "```" in code:
             found.append(f"cause {number}: the fix is code already, without a fence")
-    for text in [entry.get("fix", "")] + [cause.get("fix", "") for cause in listed]:
+    if "\n" in entry.get("triage", "").strip():
+        found.append("the triage is one line")
+    if "check" in entry and not 1 <= len(fix_lines(entry["check"])) <= 3:
+        found.append(f"the check is one to three lines, not {len(fix_lines(entry['check']))}")
+    if "```" in entry.get("check", ""):
+        found.append("the check is code already, without a fence")
+    for text in ([entry.get("fix", ""), entry.get("check", "")]
+                 + [cause.get("fix", "") for cause in listed]):
         if "..." in text or "\u2026" in text:
             found.append(f"an ellipsis in a fix: {text.strip()[:60]!r}")
     return found
@@ -149,6 +157,10 @@ def render(entries: list[dict]) -> str:
         lines.append(f"- [{_escaped(entry['title'])}](#{entry['id']})")
     for entry in listed:
         lines += ["", f'<a id="{entry["id"]}"></a>', "", f"## {_escaped(entry['title'])}", ""]
+        if entry.get("triage", "").strip():
+            lines += [f"**First:** {entry['triage'].strip()}", ""]
+        if entry.get("check", "").strip():
+            lines += ["```python", *entry["check"].strip().splitlines(), "```", ""]
         if entry.get("messages"):
             lines += ["```text", *entry["messages"], "```", ""]
         if entry.get("note", "").strip():
@@ -165,6 +177,8 @@ def render(entries: list[dict]) -> str:
             lines.append("")
         if entry.get("fix", "").strip():
             lines += ["**Fix**" if not own else "**And next time**", "", entry["fix"].strip(), ""]
+        if entry.get("footnote", "").strip():
+            lines += [entry["footnote"].strip(), ""]
         links = [f"{section_link(where)} ({where['what']})" for where in entry["where"]]
         lines.append("**Watch it happen:** " + "; ".join(links) + ".")
     lines += ["", "---", "[Contents](../README.md#the-notebooks)", ""]

@@ -274,3 +274,78 @@ def test_the_first_fix_is_the_likeliest_case_a_reader_met():
     assert "torch.accelerator" in device_line
     why, fix = _why_and_fix("missing-unexpected-keys")[0]
     assert "returns `None`" in why and "model.load_state_dict(state)" in fix
+
+
+#: The entries a reader at 2 a.m. used (docs/errors.md, round 2): each opens with a triage line.
+TRIAGED = ["same-device", "deserialize-no-cuda", "deserialize-device-count",
+           "missing-unexpected-keys", "weights-only-numpy", "flat-loss-optimizer-before-to",
+           "input-type-weight-type", "cuda-out-of-memory"]
+
+
+@pytest.mark.parametrize("entry_id", TRIAGED)
+def test_the_entries_readers_use_most_open_with_a_one_line_triage_by_symptom(entry_id):
+    (entry,) = [e for e in ENTRIES if e["id"] == entry_id]
+    triage = entry.get("triage", "").strip()
+    assert triage and "\n" not in triage and "->" in triage, entry_id
+    if len(build_errors.causes(entry)) > 1:
+        assert re.search(r"causes? \d", triage), f"{entry_id}: which symptom, which cause"
+    page = build_errors.render([entry])
+    after_heading = page.split(f"## {build_errors._escaped(entry['title'])}\n\n", 1)[1]
+    assert after_heading.startswith(f"**First:** {triage}\n"), "the triage comes first"
+
+
+def test_the_triage_of_the_two_entries_with_a_check_is_followed_by_code_that_runs():
+    (same,) = [e for e in ENTRIES if e["id"] == "same-device"]
+    assert "named_parameters()" in same["check"] and "named_buffers()" in same["check"]
+    assert "found at least two devices" in same["triage"] and "causes 3-5" in same["triage"]
+    (flat,) = [e for e in ENTRIES if e["id"] == "flat-loss-optimizer-before-to"]
+    assert ".clone()" in flat["check"] and "torch.equal(before" in flat["check"]
+    assert "model.train()" in flat["triage"]
+    page = build_errors.render([same])
+    assert page.index("**First:**") < page.index("```python\nprint(inputs.device") < page.index(
+        "```text")
+
+
+@pytest.mark.parametrize(("entry", "complaint"), [
+    ({"cause": [GOOD_CAUSE], "triage": "a -> cause 1.\nb -> cause 2."}, "the triage is one line"),
+    ({"cause": [GOOD_CAUSE], "check": "a = 1\nb = 2\nc = 3\nd = 4\n"}, "one to three lines"),
+    ({"cause": [GOOD_CAUSE], "check": "```python\nx = 1\n```"}, "without a fence"),
+    ({"cause": [GOOD_CAUSE], "check": "print(model(...))"}, "an ellipsis"),
+])
+def test_a_triage_or_check_a_reader_cannot_use_is_refused(entry, complaint):
+    assert any(complaint in problem for problem in build_errors.problems(entry))
+
+
+def test_the_index_recommends_the_map_location_notebook_05_recommends():
+    summary = next(cell.source for cell in nbformat.read(
+        lessons.ROOT / "notebooks" / "05_save_load_scenarios.ipynb", as_version=4).cells
+        if cell.source.startswith("## Summary"))
+    assert 'map_location="cpu"' in summary
+    for entry_id in ("deserialize-no-cuda", "deserialize-device-count"):
+        (entry,) = [e for e in ENTRIES if e["id"] == entry_id]
+        fixes = [cause.get("fix", "") for cause in build_errors.causes(entry)]
+        fixes.append(entry.get("fix", ""))
+        loads = [line for fix in fixes for line in fix.splitlines() if "map_location=" in line]
+        assert loads and 'map_location="cpu"' in loads[0], (entry_id, loads)
+        assert not any("map_location=device" in line for line in loads), (
+            f"{entry_id}: pasted code may not define `device`; name the device")
+
+
+def test_the_numpy_fixes_fit_a_screen_and_keep_the_original_file():
+    lines = [line for _, fix in _why_and_fix("weights-only-numpy")
+             for line in build_errors.fix_lines(fix)]
+    assert all(len(line) <= 100 for line in lines), max(lines, key=len)
+    own = _why_and_fix("weights-only-numpy")[0][1]
+    assert "torch.save(state, path)" not in own and "torch.save(state, " in own
+
+
+def test_a_plain_checkpoint_into_a_wrapped_model_is_a_cause_of_its_own():
+    fixes = " ".join(fix for _, fix in _why_and_fix("missing-unexpected-keys"))
+    assert "model.module.load_state_dict(state)" in fixes and '"module." + k' in fixes
+
+
+def test_the_convolution_source_note_comes_after_the_causes():
+    (entry,) = [e for e in ENTRIES if e["id"] == "input-type-weight-type"]
+    page = build_errors.render([entry])
+    assert "Convolution.cpp" not in entry.get("note", "")
+    assert page.index("Convolution.cpp") > page.index("2. `Input type (torch.cuda.FloatTensor)")
