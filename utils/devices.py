@@ -417,8 +417,8 @@ def environment_report() -> str:
         rows.append(
             (
                 "missing",
-                "no accelerator: GPU-only lessons quote PyTorch's real messages as text; "
-                "the meta device stands in for placement lessons",
+                "a GPU. What only a GPU can show is quoted from a GPU run, labelled "
+                '"Quoted"; the meta device stands in as a second device',
             )
         )
     width = max(len(label) for label, _ in rows)
