@@ -155,7 +155,7 @@ _WHY = {
 #: Points per exercise under nbgrader (tools/nbgrader_cells.py); the six predictions earn
 #: their part each.
 POINTS = {"check_where_is_it_now": 1, "check_prepare": 2, "check_is_predictions": 3,
-          "check_model_and_optimizer": 2}
+          "check_model_and_optimizer": 2, "check_trainable": 1}
 
 
 def _run_for_real(question: str) -> bool:

@@ -35,18 +35,14 @@ def _text(output) -> str:
 def first_read(path: Path) -> str:
     """Return the notebook at ``path`` as Markdown, with what opens folded left closed."""
     notebook = nbformat.read(path, as_version=4)
-    parts, folded_level = [], None
-    for cell in notebook.cells:
-        tags = set(cell.metadata.get("tags", []))
-        if cell.cell_type == "markdown":
-            for level, text in reading_time.headings(cell.source):
-                if reading_time.is_optional_heading(text):
-                    if folded_level is None or level <= folded_level:
-                        folded_level = level
-                        parts.append(f"{'#' * level} {text}  [folded: closed on a first read]")
-                elif folded_level is not None and level <= folded_level:
-                    folded_level = None
-        if folded_level is not None:
+    parts, was_folded = [], False
+    for cell, tags, _source, folded in reading_time.walk(notebook.cells):
+        opened = [t for _, t in reading_time.headings(cell.source)
+                  if reading_time.is_optional_heading(t)] if cell.cell_type == "markdown" else []
+        if folded and (opened or not was_folded):  # a folded part starts: its heading, closed
+            parts.append(f"[folded: {opened[-1] if opened else 'a folded part'}]")
+        was_folded = folded
+        if folded:
             continue
         if cell.cell_type == "markdown":
             shown, hidden = reading_time._split_details(cell.source)

@@ -229,25 +229,33 @@ def _cell(cell: dict) -> tuple[Tally, Tally]:
 def estimate_cells(cells: list[dict]) -> Estimate:
     """Return the reading-time ``Estimate`` of a list of notebook cells (nbformat 4 dicts)."""
     main, everything = Tally(), Tally()
+    for cell, tags, _source, folded in walk(cells):
+        shown, collapsed = _cell(cell)
+        everything += shown + collapsed
+        if not folded and not tags & OPTIONAL_TAGS:
+            main += shown
+    return Estimate(main=main, all=everything)
+
+
+def walk(cells: list[dict]):
+    """Yield ``(cell, tags, source, folded)`` for each cell but the navigation ones;
+    ``folded`` is True inside an optional section ("Going deeper", "On a CPU-only machine",
+    up to the next heading of the same or a higher level), its heading cell included."""
     optional_level = None  # the level of the optional section we are in, if any
     for cell in cells:
         tags = set(cell.get("metadata", {}).get("tags", []))
         if tags & NAV_TAGS:
             continue
+        source = cell.get("source", "")
+        source = "".join(source) if isinstance(source, list) else source
         if cell.get("cell_type") == "markdown":
-            source = cell.get("source", "")
-            source = "".join(source) if isinstance(source, list) else source
             for level, text in headings(source):
                 if is_optional_heading(text):
                     if optional_level is None or level <= optional_level:
                         optional_level = level
                 elif optional_level is not None and level <= optional_level:
                     optional_level = None
-        shown, collapsed = _cell(cell)
-        everything += shown + collapsed
-        if optional_level is None and not tags & OPTIONAL_TAGS:
-            main += shown
-    return Estimate(main=main, all=everything)
+        yield cell, tags, source, optional_level is not None
 
 
 def estimate(path: Path, text: str | None = None) -> Estimate:
@@ -294,22 +302,10 @@ def assert_share_cells(cells: list[dict]) -> AssertShare:
     tagged :data:`CHECK_TAG`), an optional section or tag and a quiz are not in it.
     """
     asserts = lines = 0
-    optional_level = None
-    for cell in cells:
-        tags = set(cell.get("metadata", {}).get("tags", []))
-        source = cell.get("source", "")
-        source = "".join(source) if isinstance(source, list) else source
-        if cell.get("cell_type") == "markdown":
-            for level, text in headings(source):
-                if is_optional_heading(text):
-                    if optional_level is None or level <= optional_level:
-                        optional_level = level
-                elif optional_level is not None and level <= optional_level:
-                    optional_level = None
-            continue
+    for cell, tags, source, folded in walk(cells):
         hidden = cell.get("metadata", {}).get("jupyter", {}).get("source_hidden")
-        if (cell.get("cell_type") != "code" or tags & (NAV_TAGS | OPTIONAL_TAGS) or hidden
-                or optional_level is not None or source.lstrip().startswith("utils.quiz(")):
+        if (cell.get("cell_type") != "code" or tags & OPTIONAL_TAGS or hidden
+                or folded or source.lstrip().startswith("utils.quiz(")):
             continue
         code = [line for line in source.splitlines() if line.strip()]
         lines += len(code)

@@ -74,7 +74,8 @@ get_ipython().showtraceback = lambda *args, **kwargs: None'''
 
 #: {student: (lab, {answer cell: code, or "solution"}, code at the top of the first answer
 #: cell, drop the check cells of these exercises)}. Cells not named keep the stub.
-ALL_02 = ("where_is_the_first_batch", "prepare", "predict_identity", "build_model_and_optimizer")
+ALL_02 = ("where_is_the_first_batch", "prepare", "predict_identity", "build_model_and_optimizer",
+          "make_trainable")
 ALL_05 = ("load_gpu_checkpoint", "load_ddp_checkpoint", "load_compiled_checkpoint",
           "load_whole_model_safely")
 

@@ -31,7 +31,7 @@ def test_an_edited_source_is_kept_unless_forced_and_then_backed_up(tmp_path):
 def test_every_test_cell_starts_with_the_hidden_grader_worth_the_labs_points(tmp_path):
     source = classroom.source_notebook(LAB)
     graded = [c for c in source.cells if c.metadata.get("nbgrader", {}).get("grade")]
-    assert [c.metadata.nbgrader["points"] for c in graded] == [1, 2, 3, 2]
+    assert [c.metadata.nbgrader["points"] for c in graded] == [1, 2, 3, 2, 1]
     for cell in graded:
         assert cell.source.startswith("### BEGIN HIDDEN TESTS")
         assert str(classroom.GRADER) in cell.source

@@ -18,20 +18,20 @@ from tools import classroom
 
 HERE = Path(__file__).resolve().parent
 
-#: Lab 02 is worth 8 (1 + 2 + 3 + 2, labchecks/lab02.py POINTS), lab 05 is worth 4.
+#: Lab 02 is worth 9 (1 + 2 + 3 + 2 + 1, labchecks/lab02.py POINTS), lab 05 is worth 4.
 EXPECTED = {
-    "right": 8,
-    "right_noisy": 8,        # prints to stderr, warns, logs, writes to fd 2: still right
-    "wrong": 3,              # 1 + 0 + 4/6 of 3 (partial credit) + 0
+    "right": 9,
+    "right_noisy": 9,        # prints to stderr, warns, logs, writes to fd 2: still right
+    "wrong": 4,              # 1 + 0 + 4/6 of 3 (partial credit) + 0 + 1
     "half_done": 3,
     "crashing": None,        # the kernel dies: not graded, listed by --failed
-    "looping": 6,            # prepare never returns: stopped, 0 for it, the rest graded
+    "looping": 7,            # prepare never returns: stopped, 0 for it, the rest graded
     "blank_env": 0,          # os.environ.pop("NBGRADER_EXECUTION")
     "blank_patch": 0,        # checks.check_prepare = lambda ...
     "blank_grader": 0,       # grading.autograding = lambda: False; Feedback.__bool__ patched
     "blank_tracebacks": 0,   # get_ipython()._showtraceback = lambda ...: None
     "blank_deleted_check": 0,  # the check cell deleted: nbgrader puts it back
-    "key": 5,                # checks.IS_QUESTIONS is no answer key
+    "key": 6,                # checks.IS_QUESTIONS is no answer key
     "right_05": 4,
     "wrong_05": 3,
     "by_name_05": 3,         # refusing files named "hostile" passes nothing now
