@@ -517,6 +517,7 @@ from utils.distributed import process_group
 folder = sys.argv[1]
 slows = [float(s) for s in sys.argv[2].split(",") if s]
 grace_s = float(sys.argv[3])
+collective_s = float(sys.argv[5]) if len(sys.argv) > 5 else 12.0
 real = {{"barrier": dist.barrier, "monitored_barrier": dist.monitored_barrier,
          "sleep": time.sleep, "exists": os.path.exists, "isfile": os.path.isfile,
          "path_exists": pathlib.Path.exists, "save": torch.save, "dcp_save": dcp.save}}
@@ -527,7 +528,7 @@ def first_line(error):
     return type(error).__name__ + (": " + text.splitlines()[0][:200] if text else "")
 
 
-with process_group(timeout_s=grace_s + max(slows, default=0) + 12) as me:
+with process_group(timeout_s=grace_s + max(slows, default=0) + collective_s) as me:
     store = dist.distributed_c10d._get_default_store()
 
     def meet(key, limit_s):  # a barrier through the store, that gives up after limit_s
@@ -624,7 +625,8 @@ def _renamed_source(function: Callable, name: str) -> str:
 
 
 def _run_workers(folder: Path, functions: list[Callable], slow_s: float | Sequence[float] = 1.5,
-                 timeout_s: float = LAUNCH_LIMIT_S, shard: bool = True) -> dict[int, str]:
+                 timeout_s: float = LAUNCH_LIMIT_S, shard: bool = True,
+                 collective_s: float = 12.0) -> dict[int, str]:
     """Run the worker script on 2 processes with each function in turn; return the outputs.
 
     With ``shard``, the processes then write the sharded checkpoint exercise 4 loads.
@@ -646,7 +648,8 @@ def _run_workers(folder: Path, functions: list[Callable], slow_s: float | Sequen
     if len(slows) != len(functions):
         raise ValueError(f"{len(slows)} values of slow_s for {len(functions)} functions")
     return torchrun(script, nproc=2, args=[str(folder), ",".join(map(str, slows)),
-                                           str(BARRIER_GRACE_S), "shard" if shard else "no"],
+                                           str(BARRIER_GRACE_S), "shard" if shard else "no",
+                                           str(collective_s)],
                     timeout_s=timeout_s, quiet=True)
 
 
@@ -772,7 +775,8 @@ def _plain_failure(text: str) -> str:
 
 def judge_saves(functions: list[Callable], folder: str = "scratch_lab08",
                 slow_s: float | Sequence[float] = 1.5,
-                timeout_s: float = LAUNCH_LIMIT_S, shard: bool = False) -> list[Feedback]:
+                timeout_s: float = LAUNCH_LIMIT_S, shard: bool = False,
+                collective_s: float = 12.0) -> list[Feedback]:
     """Exercise 3's verdict for each of ``functions``, all run in one 2-process launch.
 
     What :func:`check_save_on_rank_zero` does for one function; the tests use it to try a
@@ -782,7 +786,9 @@ def judge_saves(functions: list[Callable], folder: str = "scratch_lab08",
     every function the same verdict. ``slow_s`` is how long rank 0's ``torch.save`` sleeps
     first (what makes a missing barrier show): one number, or one per function. With
     ``shard``, the processes then also write the sharded checkpoint exercise 4 loads (the
-    tests use it to share one launch). Introduced in lab 08_many_devices.
+    tests use it to share one launch). ``collective_s`` is how long a collective waits for a
+    rank that never comes before the process group gives up (the tests shorten it).
+    Introduced in lab 08_many_devices.
     """
     from utils.distributed import WorkerFailed, child_stderr
 
@@ -790,7 +796,7 @@ def judge_saves(functions: list[Callable], folder: str = "scratch_lab08",
     folder_path = Path(folder)
     try:
         with contextlib.redirect_stdout(io.StringIO()), child_stderr():
-            outputs = _run_workers(folder_path, functions, slow_s, timeout_s, shard)
+            outputs = _run_workers(folder_path, functions, slow_s, timeout_s, shard, collective_s)
     except TimeoutError:
         return [Feedback(exercise, FAILED,
                          f"the processes were still running after {timeout_s:g} s, so the "
