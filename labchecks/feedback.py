@@ -140,6 +140,29 @@ def _unsupported_global(text: str) -> str | None:
     return found.group(1) if found else None
 
 
+def state_dict_keys(text: str, kind: str) -> list[str]:
+    """The keys ``load_state_dict``'s message lists after ``kind`` ('Missing', 'Unexpected')."""
+    found = re.search(kind + r' key\(s\) in state_dict: (.*?)\.\s*(?:\n|$|Unexpected|size)',
+                      text, re.S)
+    return re.findall(r'"([^"]+)"', found.group(1)) if found else []
+
+
+def load_state_dict_refused(text: str) -> str:
+    """One line for a failed ``load_state_dict``: the keys it names, and a wrapper's prefix."""
+    missing, unexpected = state_dict_keys(text, "Missing"), state_dict_keys(text, "Unexpected")
+    said = [f"missing keys {missing[:4]}"] if missing else []
+    said += [f"unexpected keys {unexpected[:4]}"] if unexpected else []
+    if "size mismatch" in text:
+        said.append("tensors of another shape")
+    line = f"load_state_dict refused the weights: {' and '.join(said) or 'a mismatch'}."
+    prefix = next((p for p in ("module.", "_orig_mod.") if unexpected
+                   and all(k.startswith(p) for k in unexpected)), None)
+    if prefix:
+        line += (f" The file's keys start with {prefix!r}, added by a wrapper (DDP or "
+                 "DataParallel, or torch.compile): strip it before loading.")
+    return line
+
+
 def explain(error: BaseException) -> str:
     """One line for an error the learner's code raised: what happened and what to do.
 
@@ -162,6 +185,8 @@ def explain(error: BaseException) -> str:
         return (f"your code raised {said}: it asks for CUDA (`.cuda()` or 'cuda'), and this "
                 "machine has none. Use the `device` you were given: `.to(device)`, or "
                 "map_location=device.")
+    if "Error(s) in loading state_dict" in text:
+        return load_state_dict_refused(text)
     if "Weights only load failed" in text:
         named = _unsupported_global(text)
         asks = f" the file asks for `{named}`," if named else ""

@@ -35,6 +35,7 @@ from labchecks.feedback import (
     attempt_within,
     not_a_function,
     not_attempted,
+    state_dict_keys,
 )
 from labchecks.grading import graded
 
@@ -871,18 +872,11 @@ def _plain_errors(function: Callable, texts: list[str]) -> Callable:
     return call
 
 
-def _keys_in(text: str, kind: str) -> list[str]:
-    """The keys ``load_state_dict``'s message lists after ``kind`` ('Missing', 'Unexpected')."""
-    found = re.search(kind + r' key\(s\) in state_dict: (.*?)\.\s*(?:\n|$|Unexpected|size)',
-                      text, re.S)
-    return re.findall(r'"([^"]+)"', found.group(1)) if found else []
-
-
 def _load_state_dict_problem(exercise: str, text: str) -> Feedback | None:
     """A one-line message naming the keys of a failed ``load_state_dict``, or None."""
     if "Error(s) in loading state_dict" not in text:
         return None
-    missing, unexpected = _keys_in(text, "Missing"), _keys_in(text, "Unexpected")
+    missing, unexpected = state_dict_keys(text, "Missing"), state_dict_keys(text, "Unexpected")
     if unexpected and all(k == "model" or k.startswith("model.") for k in unexpected):
         return Feedback(exercise, FAILED,
                         f"load_state_dict was given keys {unexpected[:3]} where the model has "

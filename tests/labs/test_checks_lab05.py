@@ -565,3 +565,29 @@ def test_whole_model_plain_load_gets_one_line_without_escape_codes(tmp_path):
                          ids=["exercise 1", "exercise 2", "exercise 3", "exercise 4"])
 def test_every_exercise_has_at_least_six_differently_written_right_answers(table):
     assert len(table) >= 6
+
+
+def test_ddp_checkpoint_names_the_keys_a_failed_load_state_dict_lists(tmp_path):
+    """load_state_dict's own message is long; the learner sees the keys it names, not line 1."""
+    def drops_the_biases(path, model):
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        consume_prefix_in_state_dict_if_present(state, "module.")
+        model.load_state_dict({k: v for k, v in state.items() if not k.endswith("bias")})
+        return model
+
+    feedback = _status(checks.check_ddp_checkpoint(drops_the_biases, folder=tmp_path),
+                       checks.FAILED, "load_state_dict refused the weights: missing keys [")
+    assert "bias" in feedback.message
+
+
+def test_a_failed_load_state_dict_of_prefixed_keys_says_to_strip_the_prefix():
+    from labchecks.feedback import explain
+
+    model = torch.nn.Linear(2, 2)
+    state = {"module." + k: v for k, v in model.state_dict().items()}
+    with pytest.raises(RuntimeError) as caught:
+        model.load_state_dict(state)
+    said = explain(caught.value)
+    assert "missing keys ['weight', 'bias']" in said
+    assert "unexpected keys ['module.weight', 'module.bias']" in said
+    assert "start with 'module.'" in said and "\n" not in said
