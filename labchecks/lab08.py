@@ -179,23 +179,31 @@ def _fake_gpu_machine(gpus: int = 4) -> Iterator[list[tuple[str, object]]]:
     for name in _TOUCHES:
         if name != "current_device" and hasattr(torch.cuda, name):
             patches.append(mock.patch.object(torch.cuda, name, _recorder(calls, name)))
+    answers = {"is_available": lambda: True, "device_count": lambda: gpus,
+               "current_accelerator": lambda *a, **k: torch.device("cuda"),
+               "set_device_index": set_device, "set_device_idx": set_device,
+               "current_device_index": current_device, "current_device_idx": current_device}
+    answers.update({name: _recorder(calls, f"accelerator.{name}")
+                    for name in _ACCELERATOR_TOUCHES if name not in answers})
+    with _simulated(patches, answers):
+        yield calls
+
+
+@contextlib.contextmanager
+def _simulated(patches: list, accelerator_answers: dict) -> Iterator[None]:
+    """Apply ``patches``, and ``accelerator_answers`` to torch.accelerator (PyTorch 2.6 and
+    later), with torchrun's variables set and LESSONS_DEVICE unset; undo it all after."""
     accelerator = getattr(torch, "accelerator", None)
-    if accelerator is not None:  # PyTorch 2.6 and later
-        answers = {"is_available": lambda: True, "device_count": lambda: gpus,
-                   "current_accelerator": lambda *a, **k: torch.device("cuda"),
-                   "set_device_index": set_device, "set_device_idx": set_device,
-                   "current_device_index": current_device,
-                   "current_device_idx": current_device}
-        answers.update({name: _recorder(calls, f"accelerator.{name}")
-                        for name in _ACCELERATOR_TOUCHES if name not in answers})
-        patches += [mock.patch.object(accelerator, name, value)
-                    for name, value in answers.items() if hasattr(accelerator, name)]
+    if accelerator is not None:
+        patches = patches + [mock.patch.object(accelerator, name, value)
+                             for name, value in accelerator_answers.items()
+                             if hasattr(accelerator, name)]
     with contextlib.ExitStack() as stack:
         for patch in patches:
             stack.enter_context(patch)
         stack.enter_context(mock.patch.dict(os.environ, CLUSTER_ENV))
         os.environ.pop("LESSONS_DEVICE", None)  # restored with the rest of the environment
-        yield calls
+        yield
 
 
 @contextlib.contextmanager
@@ -214,18 +222,10 @@ def _machine_without_gpu() -> Iterator[list[tuple[str, object]]]:
                mock.patch.object(torch.cuda, "device_count", lambda: 0),
                mock.patch.object(torch.cuda, "set_device", set_device),
                mock.patch.object(dist, "init_process_group", _refuse_process_group(calls))]
-    accelerator = getattr(torch, "accelerator", None)
-    if accelerator is not None:
-        answers = {"is_available": lambda: False, "device_count": lambda: 0,
-                   "current_accelerator": lambda *a, **k: None,
-                   "set_device_index": set_device, "set_device_idx": set_device}
-        patches += [mock.patch.object(accelerator, name, value)
-                    for name, value in answers.items() if hasattr(accelerator, name)]
-    with contextlib.ExitStack() as stack:
-        for patch in patches:
-            stack.enter_context(patch)
-        stack.enter_context(mock.patch.dict(os.environ, CLUSTER_ENV))
-        os.environ.pop("LESSONS_DEVICE", None)
+    answers = {"is_available": lambda: False, "device_count": lambda: 0,
+               "current_accelerator": lambda *a, **k: None,
+               "set_device_index": set_device, "set_device_idx": set_device}
+    with _simulated(patches, answers):
         yield calls
 
 
