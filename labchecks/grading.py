@@ -107,7 +107,11 @@ def _key(name: str, args: tuple, kwargs: dict) -> tuple:
 
 def graded(check: Callable[..., Feedback]) -> Callable[..., Feedback]:
     """Return ``check`` made gradable: unchanged for a learner; under nbgrader it returns
-    the grader's verdict if the grader ran it, else raises CheckFailed unless passed."""
+    the grader's verdict if the grader ran it, else raises CheckFailed unless passed.
+    Marks each check where it is defined (``@graded``); a check already graded is returned
+    as it is."""
+    if hasattr(check, "__wrapped_check__"):
+        return check
 
     @functools.wraps(check)
     def run(*args, **kwargs):
@@ -146,14 +150,6 @@ def explain_cell_timeouts() -> None:
         self.showtraceback((CellTimeout, CellTimeout(CELL_TOO_SLOW), tb), tb_offset=tb_offset)
 
     shell.set_custom_exc((KeyboardInterrupt,), timed_out)
-
-
-def make_checks_gradable(namespace: dict) -> None:
-    """Wrap, in place, every ``check_*`` function of ``namespace`` (a module's globals)."""
-    for name, value in list(namespace.items()):
-        wrapped = hasattr(value, "__wrapped_check__")
-        if name.startswith("check_") and callable(value) and not wrapped:
-            namespace[name] = graded(value)
 
 
 # --- the grader: what a hidden test cell runs ----------------------------------------------

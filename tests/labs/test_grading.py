@@ -68,19 +68,27 @@ def test_an_unknown_nbgrader_mode_is_not_autograding(monkeypatch):
     assert not grading.autograding()
 
 
-def test_every_exported_check_is_gradable():
+def test_every_check_is_gradable_in_the_module_its_lab_imports():
+    import importlib
+
     names = [name for name in checks.__all__ if name.startswith("check_")]
     assert names
     for name in names:
         assert hasattr(getattr(checks, name), "__wrapped_check__"), name
+    for lab in lessons.solution_labs():
+        module = importlib.import_module(f"labchecks.lab{lab.name[:2]}")
+        found = [n for n in vars(module) if n.startswith("check_")]
+        assert found, lab.name
+        for name in found:
+            assert hasattr(getattr(module, name), "__wrapped_check__"), f"{lab.name}: {name}"
 
 
-def test_making_checks_gradable_twice_wraps_once():
-    namespace = {"check_x": lambda: checks.Feedback("x", checks.PASSED, "ok"), "helper": len}
-    grading.make_checks_gradable(namespace)
-    once = namespace["check_x"]
-    grading.make_checks_gradable(namespace)
-    assert namespace["check_x"] is once and namespace["helper"] is len
+def test_making_a_check_gradable_twice_wraps_once():
+    def check_x():
+        return checks.Feedback("x", checks.PASSED, "ok")
+
+    once = grading.graded(check_x)
+    assert grading.graded(once) is once and once.__wrapped_check__ is check_x
 
 
 # --- the grader: what the hidden part of a test cell runs -------------------------------
