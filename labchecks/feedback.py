@@ -25,6 +25,7 @@ from unittest import mock
 import torch
 
 from utils.devices import unusable_device
+from utils.text import cleaned_error, strip_ansi
 
 PASSED, FAILED, NOT_ATTEMPTED = "passed", "failed", "not attempted"
 _SYMBOLS = {PASSED: "✅", FAILED: "❌", NOT_ATTEMPTED: "⏳"}
@@ -116,15 +117,11 @@ def device_name(device: torch.device) -> str:
 
 # --- learner errors, explained in one line ------------------------------------------------
 
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 def first_line(error: BaseException) -> str:
     """``TypeName: first line of the message``, without terminal escape codes, at most ~200
-    characters: what the learner would read at the top of PyTorch's message."""
-    text = _ANSI.sub("", str(error)).strip()
-    line = text.splitlines()[0].strip() if text else ""
-    if len(line) > 200:
-        line = line[:197].rstrip() + "..."
-    return f"{type(error).__name__}: {line}" if line else type(error).__name__
+    characters: what the learner would read at the top of PyTorch's message
+    (:func:`utils.text.cleaned_error`, cut shorter)."""
+    return cleaned_error(error, limit=200)
 
 
 def names_no_cuda(error: BaseException | None) -> bool:
@@ -170,7 +167,7 @@ def explain(error: BaseException) -> str:
     its first line (never a traceback, never terminal escape codes).
     Introduced in lab 02_copy_pitfall.
     """
-    text = _ANSI.sub("", str(error))
+    text = strip_ansi(str(error))
     said = f"`{first_line(error)}`"
     if "Cannot copy out of meta tensor" in text:
         return (f"your code raised {said}. Meta (the stand-in second device) holds shapes but no "
