@@ -274,15 +274,14 @@ FINISHED_JS = """path => { const panel = (""" + PANEL_JS + """)(path);
 
 # Rendering a widget view is asynchronous (the front end asks the kernel for the model's
 # state): wait until the quizzes are all on the page or a widget failed to render.
-QUIZZES_JS = """n => document.querySelectorAll(CURRENT + ' .lessons-quiz').length >= n
-  || document.body.textContent.includes('Error displaying widget')""".replace(
-    "CURRENT", "'[data-lessons-current]'")
-
 # Mark the notebook under test, so that quizzes of a notebook still closing are not counted.
 CURRENT = "[data-lessons-current]"
-MARK_JS = """path => { document.querySelectorAll('[data-lessons-current]')
+MARK_JS = """path => { document.querySelectorAll('""" + CURRENT + """')
     .forEach(node => node.removeAttribute('data-lessons-current'));
   (""" + PANEL_JS + """)(path).node.setAttribute('data-lessons-current', ''); }"""
+
+QUIZZES_JS = """n => document.querySelectorAll('""" + CURRENT + """ .lessons-quiz').length >= n
+  || document.body.textContent.includes('Error displaying widget')"""
 
 CELLS_JS = """path => (""" + PANEL_JS + """)(path).content.widgets
   .filter(c => c.model.type === 'code').map(c => ({
