@@ -156,6 +156,12 @@ def without_preamble(setup_source: str) -> str:
     return setup_source.lstrip()
 
 
+def _without_line(text: str, line: str) -> str:
+    """``text`` without its lines equal to ``line`` (the preamble has already run it)."""
+    kept = [row for row in text.split("\n") if row != line]
+    return "\n".join(kept).replace("\n\n\n\n", "\n\n\n").lstrip()
+
+
 def read(path: Path) -> nbformat.NotebookNode:
     return nbformat.read(path, as_version=4)
 
@@ -191,7 +197,8 @@ def with_generated_cells(notebook: nbformat.NotebookNode, path: Path) -> nbforma
     footer = _markdown(f"---\n{errors_line(path)}\n\n{nav}", FOOTER_TAG)
     for cell in cells:
         if SETUP_TAG in tags(cell):
-            cell["source"] = f"{colab_preamble()}\n\n\n{without_preamble(source(cell))}"
+            body = _without_line(without_preamble(source(cell)), "import utils")
+            cell["source"] = f"{colab_preamble()}\n\n\n{body}"
             break
     else:
         raise ValueError(f"{path.name}: no code cell tagged {SETUP_TAG!r}")
