@@ -87,6 +87,12 @@ def fix_lines(code: str) -> list[str]:
             if line.strip() and not line.lstrip().startswith(("import ", "from "))]
 
 
+#: The keys docs/errors.toml's header describes, for an entry and for one of its causes.
+ENTRY_KEYS = {"id", "title", "messages", "pending", "triage", "check", "note", "cause", "causes",
+              "fix", "footnote", "where", "symptom"}
+CAUSE_KEYS = {"why", "fix", "lang"}
+
+
 def problems(entry: dict) -> list[str]:
     """What breaks the rules of a copy-paste fix, for one entry (empty when it keeps them).
 
@@ -105,10 +111,16 @@ def problems(entry: dict) -> list[str]:
             found.append("more than one cause sharing one fix: give each an [[entry.cause]] fix")
         if not entry.get("fix", "").strip():
             found.append("no fix")
+    unknown = sorted(set(entry) - ENTRY_KEYS)
+    if unknown:
+        found.append(f"unknown keys {unknown} (a key under [[entry.cause]] belongs to the cause)")
     for number, cause in enumerate(listed, 1):
         if "cause" not in entry:
             break
         code = cause.get("fix", "")
+        if set(cause) - CAUSE_KEYS:
+            found.append(f"cause {number}: unknown keys {sorted(set(cause) - CAUSE_KEYS)}: an "
+                         "entry's keys go above its first [[entry.cause]]")
         if not cause.get("why", "").strip():
             found.append(f"cause {number}: no `why`")
         if not 1 <= len(fix_lines(code)) <= 2:

@@ -219,6 +219,8 @@ GOOD_CAUSE = {"why": "The input was not moved.", "fix": "x = x.to(device)\n"}
     ({"cause": [{"why": "a", "fix": "safe_globals([np.dtype, ...])"}]}, "an ellipsis"),
     ({"cause": [GOOD_CAUSE], "fix": "DataLoader(..., pin_memory=True)"}, "an ellipsis"),
     ({"cause": [GOOD_CAUSE], "causes": ["a"]}, "both"),
+    ({"cause": [{**GOOD_CAUSE, "footnote": "later"}]}, "cause 1: unknown keys ['footnote']"),
+    ({"cause": [GOOD_CAUSE], "foot_note": "later"}, "unknown keys ['foot_note']"),
 ])
 def test_a_fix_a_reader_cannot_paste_is_refused(entry, complaint):
     assert any(complaint in problem for problem in build_errors.problems(entry))
