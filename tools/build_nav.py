@@ -249,6 +249,8 @@ def collapse_optional_parts(notebook: nbformat.NotebookNode, cells: list) -> lis
             cell.metadata.setdefault("jupyter", {}).update(source_hidden=True, outputs_hidden=True)
             if cell.cell_type == "code":
                 cell.metadata["cellView"] = "form"
+        if reading_time.CHECK_TAG in tags(cell) and cell.cell_type == "code":
+            cell["source"] = with_check_title(source(cell))
     colab = notebook.metadata.setdefault("colab", {})
     if folded:
         colab["collapsed_sections"] = folded
@@ -257,6 +259,17 @@ def collapse_optional_parts(notebook: nbformat.NotebookNode, cells: list) -> lis
     if not colab:
         notebook.metadata.pop("colab")
     return folded
+
+
+#: The first line of every check cell: what a folded cell shows (JupyterLab 4 shows a folded
+#: cell's first line; Colab shows a form's title), so a reader knows it can be skipped.
+CHECK_TITLE = "# @title Check: the text above holds on this machine (no need to open it)"
+
+
+def with_check_title(text: str) -> str:
+    """A check cell's source, opening with :data:`CHECK_TITLE` (once)."""
+    body = text[len(CHECK_TITLE):].lstrip("\n") if text.startswith(CHECK_TITLE) else text
+    return f"{CHECK_TITLE}\n{body}"
 
 
 #: The last notebook of the core path: 00 to this one are the first course, the rest the next step.

@@ -47,10 +47,14 @@ def first_read(path: Path) -> str:
         if cell.cell_type == "markdown":
             shown, hidden = reading_time._split_details(cell.source)
             summaries = re.findall(r"<summary>(.*?)</summary>", cell.source, re.S)
+            for summary in summaries:  # shown once, as the folded part's title below
+                shown = shown.replace(summary, "", 1)
             parts.append(shown.strip())
             parts += [f"[folded: {re.sub('<[^>]+>', '', s).strip()}]" for s in summaries]
         elif tags & (reading_time.OPTIONAL_TAGS | {reading_time.CHECK_TAG}):
-            parts.append("[folded code cell]")
+            first = cell.source.split("\n", 1)[0]
+            title = first.removeprefix("# @title").strip() if first.startswith("#") else ""
+            parts.append(f"[folded code cell: {title}]" if title else "[folded code cell]")
         elif cell.cell_type == "code":
             outputs = "".join(_text(o) for o in cell.get("outputs", []))
             if not cell.metadata.get("jupyter", {}).get("source_hidden"):  # quizzes: widget only

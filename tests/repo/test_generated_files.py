@@ -230,3 +230,13 @@ def test_setup_cell_says_what_to_do_when_a_learners_own_utils_hides_the_course(t
     clean = tmp_path / "clean"
     clean.mkdir()
     assert subprocess.run([sys.executable, "-c", preamble], cwd=clean).returncode == 0
+
+
+def test_every_check_cell_opens_with_the_title_a_folded_cell_shows_once():
+    for path in lessons.lesson_notebooks():
+        for cell in nbformat.read(path, as_version=4).cells:
+            if reading_time.CHECK_TAG in cell.metadata.get("tags", []):
+                assert cell.source.startswith(build_nav.CHECK_TITLE + "\n"), (path.name, cell.id)
+                assert cell.source.count(build_nav.CHECK_TITLE) == 1, (path.name, cell.id)
+    once = build_nav.with_check_title("assert True")
+    assert build_nav.with_check_title(once) == once == f"{build_nav.CHECK_TITLE}\nassert True"
