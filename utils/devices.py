@@ -363,7 +363,8 @@ def environment_report() -> str:
     """
     override = os.environ.get(DEVICE_ENV_VAR, "").strip()
     picked = pick_device()
-    why = f"set by {DEVICE_ENV_VAR}={override}" if override else "the best one available"
+    why = (f"chosen by {DEVICE_ENV_VAR}={override}; unset, the best one available"
+           if override else "the best one available")
     second = second_device(picked)
     on_cpu = ": lessons use the CPU" if picked.type == "cpu" else ""
 
@@ -402,6 +403,7 @@ def environment_report() -> str:
         build = f"ROCm {torch.version.hip}"
     else:
         build = "CPU-only or non-CUDA build"
+    stand_in = "a stand-in, see notebook 00 §3"
     rows = [
         ("Python", f"{platform.python_version()} ({sys.platform})"),
         ("torch", f"{torch.__version__} ({build})"),
@@ -409,7 +411,7 @@ def environment_report() -> str:
         ("MPS available", mps_line),
         ("XPU available", xpu_line),
         ("picked device", f"{picked} ({why})"),
-        ("second device", f"{second} ({'real' if is_accelerator(second) else 'meta stand-in'})"),
+        ("second device", f"{second} ({'real' if is_accelerator(second) else stand_in})"),
         ("ipywidgets", _version("ipywidgets")),
         ("matplotlib", _version("matplotlib")),
     ]

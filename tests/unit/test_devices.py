@@ -186,7 +186,7 @@ def test_environment_report_on_a_cpu_only_machine_names_what_is_missing(machine)
     report = utils.environment_report()
     assert f"torch          : {torch.__version__}" in report
     assert "picked device  : cpu (the best one available)" in report
-    assert "second device  : meta (meta stand-in)" in report
+    assert "second device  : meta (a stand-in, see notebook 00 §3)" in report
     assert "missing" in report
 
 
@@ -201,7 +201,8 @@ def test_environment_report_with_gpus_lists_them_and_misses_nothing(machine):
 def test_environment_report_says_when_the_device_was_forced(machine, monkeypatch):
     machine(cuda=1)
     monkeypatch.setenv("LESSONS_DEVICE", "cpu")
-    assert "set by LESSONS_DEVICE=cpu" in utils.environment_report()
+    report = utils.environment_report()
+    assert "chosen by LESSONS_DEVICE=cpu; unset, the best one available" in report
 
 
 def test_environment_report_on_a_mac_reports_mps(machine):
