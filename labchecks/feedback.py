@@ -88,17 +88,43 @@ def not_a_function(exercise: str, function: object) -> Feedback | None:
                     "Pass the function itself, without calling it.")
 
 
-def attempt(exercise: str, function: Callable, *args):
-    """Call the learner's function; return (result, None) or (None, Feedback) if it did not run."""
+class NotAttempted(Exception):
+    """Raised by :func:`call` when the learner's code still raises the stub's bare
+    ``NotImplementedError()``: a check catches it and returns :func:`not_attempted`."""
+
+
+def call(function: Callable, *args) -> tuple[object, Exception | None]:
+    """Call the learner's function on ``args``.
+
+    Returns ``(result, None)``, or ``(None, error)`` with the exception it raised, for the
+    check to diagnose. Raises :class:`NotAttempted` for the stub (:func:`is_stub`);
+    PyTorch's own NotImplementedError, which has a message, is returned like any other
+    error.
+    """
+    try:
+        return function(*args), None
+    except Exception as error:  # the learner's code raised: diagnose it, do not crash the lab
+        if is_stub(error):
+            raise NotAttempted() from None
+        return None, error
+
+
+def attempt(exercise: str, function: Callable, *args) -> tuple[object, Feedback | None]:
+    """:func:`call` for a check that needs no diagnosis of its own.
+
+    Returns ``(result, None)``, or ``(None, a Feedback)`` when ``function`` is not a
+    function, is the untouched stub (not attempted) or raised (failed, :func:`explain`).
+    """
     problem = not_a_function(exercise, function)
     if problem is not None:
         return None, problem
     try:
-        return function(*args), None
-    except Exception as error:  # the learner's code raised: report it, do not crash the lab
-        if is_stub(error):
-            return None, not_attempted(exercise)
+        result, error = call(function, *args)
+    except NotAttempted:
+        return None, not_attempted(exercise)
+    if error is not None:
         return None, Feedback(exercise, FAILED, explain(error))
+    return result, None
 
 
 def device_name(device: torch.device) -> str:

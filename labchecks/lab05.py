@@ -24,10 +24,11 @@ from labchecks.feedback import (
     FAILED,
     PASSED,
     Feedback,
+    NotAttempted,
+    call,
     device_name,
     explain,
     first_line,
-    is_stub,
     moved_and_dropped,
     not_a_function,
     not_attempted,
@@ -104,19 +105,6 @@ def _recorded_loads():
         yield calls
 
 
-def _run(function: Callable, *args):
-    """Call the learner's function: (result, error), or raise NotImplementedError through."""
-    problem = not_a_function("", function)
-    if problem is not None:
-        raise TypeError(problem.message)
-    try:
-        return function(*args), None
-    except Exception as error:  # the learner's code raised: diagnose it, do not crash the lab
-        if is_stub(error):
-            raise
-        return None, error
-
-
 def _first_line(error: BaseException) -> str:
     return first_line(error).split(". ")[0].rstrip(".")
 
@@ -164,6 +152,9 @@ def check_gpu_checkpoint(load_gpu_checkpoint: Callable, device: str | torch.devi
     Introduced in lab 05_save_load_scenarios.
     """
     exercise = "Exercise 1"
+    problem = not_a_function(exercise, load_gpu_checkpoint)
+    if problem is not None:
+        return problem
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     device = torch.device(device)
@@ -174,7 +165,7 @@ def check_gpu_checkpoint(load_gpu_checkpoint: Callable, device: str | torch.devi
             path = save_as_if_on(saved, folder / f"lab05_check_{tag.replace(':', '')}.pt", tag)
             for target in targets:
                 with _recorded_loads() as calls, recorded_to_calls() as moves:
-                    state, error = _run(load_gpu_checkpoint, path, target)
+                    state, error = call(load_gpu_checkpoint, path, target)
                 location = calls[-1].get("map_location") if calls else None
                 if error is not None:
                     if (target.type == "meta" and callable(location)
@@ -214,10 +205,8 @@ def check_gpu_checkpoint(load_gpu_checkpoint: Callable, device: str | torch.devi
                         not torch.equal(state[key].cpu(), saved[key]) for key in saved):
                     return Feedback(exercise, FAILED, "the tensors you returned are not the "
                                                       "saved ones: return what torch.load read.")
-    except NotImplementedError:
+    except NotAttempted:
         return not_attempted(exercise)
-    except TypeError as error:
-        return Feedback(exercise, FAILED, str(error))
     return Feedback(exercise, PASSED, "files tagged cuda:0, cuda:1 and mps all load onto the "
                                       "device you ask for: map_location=device overrides every "
                                       "saved tag.")
@@ -297,6 +286,9 @@ def _prefix_mistake(keys: list[str], expected: list[str], prefix: str, strict: b
 
 def _check_prefixed(exercise: str, loader: Callable, prefix: str, wrapper: str,
                     folder: str | os.PathLike) -> Feedback:
+    problem = not_a_function(exercise, loader)
+    if problem is not None:
+        return problem
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     saved = _saved(mystery_net(seed=52))
@@ -307,11 +299,9 @@ def _check_prefixed(exercise: str, loader: Callable, prefix: str, wrapper: str,
     state_calls = _instrument(model)
     try:
         with _recorded_loads() as load_calls:
-            returned, error = _run(loader, path, model)
-    except NotImplementedError:
+            returned, error = call(loader, path, model)
+    except NotAttempted:
         return not_attempted(exercise)
-    except TypeError as error:
-        return Feedback(exercise, FAILED, str(error))
     if error is not None:
         if state_calls and isinstance(error, RuntimeError):
             last = state_calls[-1]
@@ -400,6 +390,9 @@ def check_whole_model(load_whole_model_safely: Callable,
     something other than the model. Introduced in lab 05_save_load_scenarios.
     """
     exercise = "Exercise 4"
+    problem = not_a_function(exercise, load_whole_model_safely)
+    if problem is not None:
+        return problem
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     original = mystery_net(seed=54)
@@ -414,13 +407,11 @@ def check_whole_model(load_whole_model_safely: Callable,
     markers_before = len(MARKERS)
     try:
         with _recorded_loads() as calls:
-            model, error = _run(load_whole_model_safely, good_path, trusted)
+            model, error = call(load_whole_model_safely, good_path, trusted)
             if error is None:
-                refused, hostile_error = _run(load_whole_model_safely, hostile_path, trusted)
-    except NotImplementedError:
+                refused, hostile_error = call(load_whole_model_safely, hostile_path, trusted)
+    except NotAttempted:
         return not_attempted(exercise)
-    except TypeError as error:
-        return Feedback(exercise, FAILED, str(error))
     finally:
         grew = _forget(trusted)  # undo a process-wide allowlisting of the trusted classes
         ran_code = len(MARKERS) > markers_before
