@@ -344,6 +344,27 @@ def recorded_to_calls() -> Iterator[list[ToCall]]:
         yield calls
 
 
+@contextmanager
+def recorded_loads() -> Iterator[list[dict]]:
+    """Record every ``torch.load`` call made inside the block (the loads still happen).
+
+    Yields the list it fills: one dict per call, its keyword arguments, with a positional
+    ``map_location`` (the second argument) under that name.
+    """
+    calls: list[dict] = []
+    real_load = torch.load
+
+    def recording_load(f, *args, **kwargs):
+        named = dict(kwargs)
+        if args:
+            named.setdefault("map_location", args[0])
+        calls.append(named)
+        return real_load(f, *args, **kwargs)
+
+    with mock.patch("torch.load", recording_load):
+        yield calls
+
+
 def moved_and_dropped(calls: list[ToCall], tensor: torch.Tensor, device: torch.device) -> bool:
     """True when ``tensor.to(device)`` was called on ``tensor`` itself and a new tensor came
     back: the learner moved it, then kept using the original (the result was not kept)."""

@@ -13,9 +13,7 @@ from __future__ import annotations
 import os
 import secrets
 from collections.abc import Callable, Mapping
-from contextlib import contextmanager
 from pathlib import Path
-from unittest import mock
 
 import torch
 from torch import nn
@@ -32,6 +30,7 @@ from labchecks.feedback import (
     moved_and_dropped,
     not_a_function,
     not_attempted,
+    recorded_loads,
     recorded_to_calls,
 )
 from labchecks.grading import graded
@@ -86,23 +85,6 @@ def mystery_net(seed: int) -> MysteryNet:
 
 def _saved(model: nn.Module) -> dict[str, torch.Tensor]:
     return {key: value.detach().cpu().clone() for key, value in model.state_dict().items()}
-
-
-@contextmanager
-def _recorded_loads():
-    """Patch torch.load to record the keyword arguments of every call."""
-    calls: list[dict] = []
-    real_load = torch.load
-
-    def recording_load(f, *args, **kwargs):
-        named = dict(kwargs)
-        if args:
-            named.setdefault("map_location", args[0])
-        calls.append(named)
-        return real_load(f, *args, **kwargs)
-
-    with mock.patch("torch.load", recording_load):
-        yield calls
 
 
 def _first_line(error: BaseException) -> str:
@@ -164,7 +146,7 @@ def check_gpu_checkpoint(load_gpu_checkpoint: Callable, device: str | torch.devi
         for tag in ("cuda:0", "cuda:1", "mps"):
             path = save_as_if_on(saved, folder / f"lab05_check_{tag.replace(':', '')}.pt", tag)
             for target in targets:
-                with _recorded_loads() as calls, recorded_to_calls() as moves:
+                with recorded_loads() as calls, recorded_to_calls() as moves:
                     state, error = call(load_gpu_checkpoint, path, target)
                 location = calls[-1].get("map_location") if calls else None
                 if error is not None:
@@ -298,7 +280,7 @@ def _check_prefixed(exercise: str, loader: Callable, prefix: str, wrapper: str,
     expected = list(saved)
     state_calls = _instrument(model)
     try:
-        with _recorded_loads() as load_calls:
+        with recorded_loads() as load_calls:
             returned, error = call(loader, path, model)
     except NotAttempted:
         return not_attempted(exercise)
@@ -406,7 +388,7 @@ def check_whole_model(load_whole_model_safely: Callable,
     _forget(trusted)  # an earlier add_safe_globals attempt must not make this one pass
     markers_before = len(MARKERS)
     try:
-        with _recorded_loads() as calls:
+        with recorded_loads() as calls:
             model, error = call(load_whole_model_safely, good_path, trusted)
             if error is None:
                 refused, hostile_error = call(load_whole_model_safely, hostile_path, trusted)

@@ -28,6 +28,7 @@ from labchecks.feedback import (
     attempt,
     explain,
     first_line,
+    recorded_loads,
 )
 from labchecks.grading import graded
 
@@ -119,19 +120,6 @@ def _scramble_generators() -> None:
     random.seed(99)
 
 
-@contextmanager
-def _recorded_loads():
-    calls: list[dict] = []
-    real_load = torch.load
-
-    def recording_load(f, *args, **kwargs):
-        calls.append(dict(kwargs))
-        return real_load(f, *args, **kwargs)
-
-    with mock.patch("torch.load", recording_load):
-        yield calls
-
-
 def _crash_half_way(real_save: Callable):
     """A torch.save that writes half the bytes, then fails, as a full disk or a kill would."""
 
@@ -202,7 +190,7 @@ def check_resume(save_checkpoint: Callable, load_checkpoint: Callable,
             return problem
         resumed = tiny_training(device, seed=99)  # a new process would start from other numbers
         _scramble_generators()
-        with _recorded_loads() as loads:
+        with recorded_loads() as loads:
             start, problem = attempt(exercise, load_checkpoint, path, *resumed, device)
         if any(call.get("weights_only") is False for call in loads):
             return Feedback(exercise, FAILED, UNSAFE)
