@@ -365,6 +365,21 @@ def recorded_loads() -> Iterator[list[dict]]:
         yield calls
 
 
+def loaded_unsafely(calls: list[dict]) -> bool:
+    """True when one of the ``torch.load`` calls :func:`recorded_loads` saw passed
+    ``weights_only=False``."""
+    return any(call.get("weights_only") is False for call in calls)
+
+
+def unsafe_load(holding: str, then: str = "") -> str:
+    """The message for a loader that passes ``weights_only=False``: the full unpickler runs
+    code, and ``holding`` (what the file holds) never needs it; ``then`` is more advice,
+    said after "keep weights_only=True (the default)". Returns the sentence."""
+    return ("your loader calls torch.load with weights_only=False. That unpickler runs whatever "
+            f"code the file names, and {holding} never needs it: keep weights_only=True (the "
+            f"default){then}.")
+
+
 def moved_and_dropped(calls: list[ToCall], tensor: torch.Tensor, device: torch.device) -> bool:
     """True when ``tensor.to(device)`` was called on ``tensor`` itself and a new tensor came
     back: the learner moved it, then kept using the original (the result was not kept)."""

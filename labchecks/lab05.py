@@ -27,11 +27,13 @@ from labchecks.feedback import (
     device_name,
     explain,
     first_line,
+    loaded_unsafely,
     moved_and_dropped,
     not_a_function,
     not_attempted,
     recorded_loads,
     recorded_to_calls,
+    unsafe_load,
 )
 from labchecks.grading import graded
 from utils.checkpoints import add_prefix, save_as_if_on
@@ -91,12 +93,7 @@ def _first_line(error: BaseException) -> str:
     return first_line(error).split(". ")[0].rstrip(".")
 
 
-def _unsafe_load(calls: list[dict]) -> bool:
-    return any(call.get("weights_only") is False for call in calls)
-
-
-UNSAFE = ("you passed weights_only=False. That unpickler runs whatever code the file names, "
-          "and a state dict never needs it: keep the default weights_only=True.")
+UNSAFE = unsafe_load("a state dict")
 
 
 # --- Exercise 1: saved on a GPU ----------------------------------------------------------
@@ -163,7 +160,7 @@ def check_gpu_checkpoint(load_gpu_checkpoint: Callable, device: str | torch.devi
                             return Feedback(exercise, FAILED, diagnosis)
                     return Feedback(exercise, FAILED, f"loading the file saved on {tag} onto "
                                     f"{device_name(target)}: {explain(error)}")
-                if _unsafe_load(calls):
+                if loaded_unsafely(calls):
                     return Feedback(exercise, FAILED, UNSAFE)
                 if isinstance(location, Mapping):
                     listed = ", ".join(map(str, location))
@@ -291,7 +288,7 @@ def _check_prefixed(exercise: str, loader: Callable, prefix: str, wrapper: str,
             if mistake:
                 return Feedback(exercise, FAILED, mistake)
         return Feedback(exercise, FAILED, explain(error))
-    if _unsafe_load(load_calls):
+    if loaded_unsafely(load_calls):
         return Feedback(exercise, FAILED, UNSAFE)
     wrong = [key for key, value in model.state_dict().items()
              if not torch.equal(value.detach().cpu(), saved[key])]
@@ -405,7 +402,7 @@ def check_whole_model(load_whole_model_safely: Callable,
                         "weights_only=False unpickles anything a file names (here a harmless "
                         "marker; in a hostile file, os.system). Keep weights_only=True and "
                         "allow only the trusted classes with torch.serialization.safe_globals.")
-    if _unsafe_load(calls):
+    if loaded_unsafely(calls):
         return Feedback(exercise, FAILED, "no code from the second file ran this time, but your "
                         "loader calls torch.load with weights_only=False, and that unpickler "
                         "runs anything a file names: a file you did not list first, or a "

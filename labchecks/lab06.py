@@ -28,7 +28,9 @@ from labchecks.feedback import (
     attempt,
     explain,
     first_line,
+    loaded_unsafely,
     recorded_loads,
+    unsafe_load,
 )
 from labchecks.grading import graded
 
@@ -141,10 +143,8 @@ NOT_ATOMIC = ("save_checkpoint writes straight into `path`: when the process die
               "mid-save (simulated here), the last good checkpoint is gone too. The exercise "
               "asks for your atomic_save from exercise 1: `atomic_save(checkpoint, path)` "
               "instead of `torch.save(checkpoint, path)`.")
-UNSAFE = ("your load_checkpoint calls torch.load with weights_only=False. That unpickler runs "
-          "whatever code the file names, and a checkpoint made of state_dict()s, numbers and "
-          "RNG states never needs it: keep weights_only=True (the default) and save "
-          "state_dict()s, not whole objects.")
+UNSAFE = unsafe_load("a checkpoint made of state_dict()s, numbers and RNG states",
+                     " and save state_dict()s, not whole objects")
 
 
 @graded
@@ -192,7 +192,7 @@ def check_resume(save_checkpoint: Callable, load_checkpoint: Callable,
         _scramble_generators()
         with recorded_loads() as loads:
             start, problem = attempt(exercise, load_checkpoint, path, *resumed, device)
-        if any(call.get("weights_only") is False for call in loads):
+        if loaded_unsafely(loads):
             return Feedback(exercise, FAILED, UNSAFE)
         if problem is not None:
             return _load_failed(exercise, problem)
