@@ -300,6 +300,15 @@ def rebinds(function: Callable, name: str) -> bool:
     return False
 
 
+def sets_own_device(example: str = "") -> str:
+    """The diagnosis for a function that assigns to its own ``device`` argument (see
+    :func:`rebinds`): "your function sets `device = ...` itself, which throws away the device
+    the caller passed in", with ``example``, a parenthesis, inserted after "itself".
+    Returns the clause, without a full stop: the check adds what to do."""
+    return (f"your function sets `device = ...` itself{example}, which throws away the device "
+            "the caller passed in")
+
+
 def reads_outer_name(function: Callable, name: str) -> bool:
     """True when ``function``, or code defined inside it, reads ``name`` from outside it
     (a notebook variable): ``device=device`` inside a method that has no ``device``."""

@@ -33,6 +33,7 @@ from labchecks.feedback import (
     not_attempted,
     reads_outer_name,
     rebinds,
+    sets_own_device,
 )
 from labchecks.grading import graded
 from utils.devices import unusable_device
@@ -51,14 +52,16 @@ def _said(error: BaseException) -> str:
     return f"`{first_line(error)}`"
 
 
+#: How a script usually sets its own device, named where a function does it inside.
+_EXAMPLE = " (e.g. `torch.device('cuda' if torch.cuda.is_available() else 'cpu')`)"
+
+
 def _overridden(exercise: str, function: Callable, target: torch.device) -> Feedback | None:
     """The failed Feedback for a function that sets its own ``device = ...``, else None."""
     if not rebinds(function, "device"):
         return None
     return Feedback(exercise, FAILED,
-                    f"asked for {device_name(target)}, your function sets `device = ...` "
-                    "itself (e.g. `torch.device('cuda' if torch.cuda.is_available() else "
-                    "'cpu')`), which throws away the device the caller passed in. Pick the "
+                    f"asked for {device_name(target)}, {sets_own_device(_EXAMPLE)}. Pick the "
                     "device once, at the top of the script; inside, use the `device` argument "
                     "as it is.")
 
