@@ -7,6 +7,11 @@ returns a :class:`Feedback`, which a notebook displays as one short paragraph:
 - ``failed``: what happened, the misconception that explains it, and what to do;
 - ``not attempted``: the exercise still raises ``NotImplementedError``.
 
+One way to run the learner's code: :func:`call` (the result or the error, for a check to
+diagnose; :class:`NotAttempted` for the stub), or :func:`attempt` (a Feedback for anything
+that went wrong) and :func:`attempt_within` (with a time limit). A misconception named by
+more than one lab has its message here (:func:`sets_own_device`, :func:`unsafe_load`).
+
 Introduced in lab 02_copy_pitfall.
 """
 
@@ -65,7 +70,7 @@ class Feedback:
 
 
 def not_attempted(exercise: str) -> Feedback:
-    """The Feedback for an exercise whose code still raises NotImplementedError."""
+    """The not-attempted Feedback for an exercise whose code is still the stub."""
     return Feedback(exercise, NOT_ATTEMPTED,
                     "not attempted yet. Replace `raise NotImplementedError()` with your code, "
                     "run that cell, then run this one again.")
@@ -336,7 +341,10 @@ class ToCall:
 
 @contextmanager
 def recorded_to_calls() -> Iterator[list[ToCall]]:
-    """Record every ``Tensor.to`` call made inside the block (the tensors stay alive)."""
+    """Record every ``Tensor.to`` call made inside the block (the tensors stay alive).
+
+    Yields the list it fills: one :class:`ToCall` per call whose arguments PyTorch parses.
+    """
     calls: list[ToCall] = []
     real_to = torch.Tensor.to
 
