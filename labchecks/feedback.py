@@ -7,12 +7,19 @@ returns a :class:`Feedback`, which a notebook displays as one short paragraph:
 - ``failed``: what happened, the misconception that explains it, and what to do;
 - ``not attempted``: the exercise still raises ``NotImplementedError``.
 
+One way to run the learner's code: :func:`call` (the result or the error, for a check to
+diagnose; :class:`NotAttempted` for the stub), or :func:`attempt` (a Feedback for anything
+that went wrong) and :func:`attempt_within` (with a time limit). A misconception named by
+more than one lab has its message here (:func:`sets_own_device`, :func:`unsafe_load`).
+
 Introduced in lab 02_copy_pitfall.
 """
 
 from __future__ import annotations
 
+import ast
 import dis
+import inspect
 import os
 import re
 import textwrap
@@ -63,7 +70,7 @@ class Feedback:
 
 
 def not_attempted(exercise: str) -> Feedback:
-    """The Feedback for an exercise whose code still raises NotImplementedError."""
+    """The not-attempted Feedback for an exercise whose code is still the stub."""
     return Feedback(exercise, NOT_ATTEMPTED,
                     "not attempted yet. Replace `raise NotImplementedError()` with your code, "
                     "run that cell, then run this one again.")
@@ -79,6 +86,23 @@ def is_stub(error: BaseException) -> bool:
     return type(error) is NotImplementedError and not str(error)
 
 
+def is_unattempted(function: Callable) -> bool:
+    """True when ``function``'s body, read from its source without running it, is only the
+    stub ``raise NotImplementedError()`` (a docstring aside); False when the source cannot
+    be read.
+
+    Lets a check that would start processes say "not attempted" without starting them.
+    """
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(function)))
+    except (OSError, TypeError, SyntaxError):
+        return False
+    body = tree.body[0].body if tree.body and hasattr(tree.body[0], "body") else []
+    body = [s for s in body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+    return (len(body) == 1 and isinstance(body[0], ast.Raise) and body[0].exc is not None
+            and "NotImplementedError" in ast.unparse(body[0].exc))
+
+
 def not_a_function(exercise: str, function: object) -> Feedback | None:
     """A failed Feedback when ``function`` is not the learner's function, else None."""
     if callable(function) and not isinstance(function, torch.nn.Module):
@@ -88,17 +112,43 @@ def not_a_function(exercise: str, function: object) -> Feedback | None:
                     "Pass the function itself, without calling it.")
 
 
-def attempt(exercise: str, function: Callable, *args):
-    """Call the learner's function; return (result, None) or (None, Feedback) if it did not run."""
+class NotAttempted(Exception):
+    """Raised by :func:`call` when the learner's code still raises the stub's bare
+    ``NotImplementedError()``: a check catches it and returns :func:`not_attempted`."""
+
+
+def call(function: Callable, *args) -> tuple[object, Exception | None]:
+    """Call the learner's function on ``args``.
+
+    Returns ``(result, None)``, or ``(None, error)`` with the exception it raised, for the
+    check to diagnose. Raises :class:`NotAttempted` for the stub (:func:`is_stub`);
+    PyTorch's own NotImplementedError, which has a message, is returned like any other
+    error.
+    """
+    try:
+        return function(*args), None
+    except Exception as error:  # the learner's code raised: diagnose it, do not crash the lab
+        if is_stub(error):
+            raise NotAttempted() from None
+        return None, error
+
+
+def attempt(exercise: str, function: Callable, *args) -> tuple[object, Feedback | None]:
+    """:func:`call` for a check that needs no diagnosis of its own.
+
+    Returns ``(result, None)``, or ``(None, a Feedback)`` when ``function`` is not a
+    function, is the untouched stub (not attempted) or raised (failed, :func:`explain`).
+    """
     problem = not_a_function(exercise, function)
     if problem is not None:
         return None, problem
     try:
-        return function(*args), None
-    except Exception as error:  # the learner's code raised: report it, do not crash the lab
-        if is_stub(error):
-            return None, not_attempted(exercise)
+        result, error = call(function, *args)
+    except NotAttempted:
+        return None, not_attempted(exercise)
+    if error is not None:
         return None, Feedback(exercise, FAILED, explain(error))
+    return result, None
 
 
 def device_name(device: torch.device) -> str:
@@ -255,6 +305,15 @@ def rebinds(function: Callable, name: str) -> bool:
     return False
 
 
+def sets_own_device(example: str = "") -> str:
+    """The diagnosis for a function that assigns to its own ``device`` argument (see
+    :func:`rebinds`): "your function sets `device = ...` itself, which throws away the device
+    the caller passed in", with ``example``, a parenthesis, inserted after "itself".
+    Returns the clause, without a full stop: the check adds what to do."""
+    return (f"your function sets `device = ...` itself{example}, which throws away the device "
+            "the caller passed in")
+
+
 def reads_outer_name(function: Callable, name: str) -> bool:
     """True when ``function``, or code defined inside it, reads ``name`` from outside it
     (a notebook variable): ``device=device`` inside a method that has no ``device``."""
@@ -282,7 +341,10 @@ class ToCall:
 
 @contextmanager
 def recorded_to_calls() -> Iterator[list[ToCall]]:
-    """Record every ``Tensor.to`` call made inside the block (the tensors stay alive)."""
+    """Record every ``Tensor.to`` call made inside the block (the tensors stay alive).
+
+    Yields the list it fills: one :class:`ToCall` per call whose arguments PyTorch parses.
+    """
     calls: list[ToCall] = []
     real_to = torch.Tensor.to
 
@@ -297,6 +359,42 @@ def recorded_to_calls() -> Iterator[list[ToCall]]:
 
     with mock.patch.object(torch.Tensor, "to", recording_to):
         yield calls
+
+
+@contextmanager
+def recorded_loads() -> Iterator[list[dict]]:
+    """Record every ``torch.load`` call made inside the block (the loads still happen).
+
+    Yields the list it fills: one dict per call, its keyword arguments, with a positional
+    ``map_location`` (the second argument) under that name.
+    """
+    calls: list[dict] = []
+    real_load = torch.load
+
+    def recording_load(f, *args, **kwargs):
+        named = dict(kwargs)
+        if args:
+            named.setdefault("map_location", args[0])
+        calls.append(named)
+        return real_load(f, *args, **kwargs)
+
+    with mock.patch("torch.load", recording_load):
+        yield calls
+
+
+def loaded_unsafely(calls: list[dict]) -> bool:
+    """True when one of the ``torch.load`` calls :func:`recorded_loads` saw passed
+    ``weights_only=False``."""
+    return any(call.get("weights_only") is False for call in calls)
+
+
+def unsafe_load(holding: str, then: str = "") -> str:
+    """The message for a loader that passes ``weights_only=False``: the full unpickler runs
+    code, and ``holding`` (what the file holds) never needs it; ``then`` is more advice,
+    said after "keep weights_only=True (the default)". Returns the sentence."""
+    return ("your loader calls torch.load with weights_only=False. That unpickler runs whatever "
+            f"code the file names, and {holding} never needs it: keep weights_only=True (the "
+            f"default){then}.")
 
 
 def moved_and_dropped(calls: list[ToCall], tensor: torch.Tensor, device: torch.device) -> bool:

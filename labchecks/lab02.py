@@ -16,6 +16,7 @@ from labchecks.feedback import (
     moved_and_dropped,
     rebinds,
     recorded_to_calls,
+    sets_own_device,
 )
 from labchecks.grading import graded
 from utils.devices import unusable_device
@@ -114,8 +115,7 @@ def _prepare_not_there(exercise: str, prepare: Callable, batch: torch.Tensor,
     if rebinds(prepare, "device"):
         return Feedback(exercise, FAILED,
                         f"asked for {device_name(other)}, prepare returned a tensor on "
-                        f"{result.device}: your function sets `device = ...` itself, which "
-                        "throws away the device the caller passed in. Picking the device is the "
+                        f"{result.device}: {sets_own_device()}. Picking the device is the "
                         "caller's job (once, at the top of the script); inside, use the `device` "
                         "argument as it is.")
     if result is batch and moved_and_dropped(moves, batch, other):
@@ -226,9 +226,8 @@ def check_model_and_optimizer(build: Callable, other: torch.device) -> Feedback:
         if rebinds(build, "device"):
             return Feedback(exercise, FAILED,
                             f"asked for {device_name(other)}, the model is on "
-                            f"{', '.join(found)}: your function sets `device = ...` itself, "
-                            "which throws away the device the caller passed in. Use the "
-                            "`device` argument as it is.")
+                            f"{', '.join(found)}: {sets_own_device()}. Use the `device` "
+                            "argument as it is.")
         if any(d != "cpu" for d in found):
             return Feedback(exercise, FAILED, f"asked for {device_name(other)}, the model is on "
                                               f"{', '.join(found)}: use the `device` argument, "
@@ -262,8 +261,7 @@ def check_model_and_optimizer(build: Callable, other: torch.device) -> Feedback:
     if (isinstance(on_cpu, tuple) and on_cpu and isinstance(on_cpu[0], nn.Module)
             and any(p.device.type != "cpu" for p in on_cpu[0].parameters())):
         found = sorted({str(p.device) for p in on_cpu[0].parameters()})
-        fixed = ("your function sets `device = ...` itself, which throws away the device the "
-                 "caller passed in" if rebinds(build, "device") else
+        fixed = (sets_own_device() if rebinds(build, "device") else
                  "the function uses a device fixed inside it")
         return Feedback(exercise, FAILED, f"asked for cpu, build put the model on "
                                           f"{', '.join(found)}: {fixed}. Use the `device` "

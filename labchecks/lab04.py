@@ -24,14 +24,16 @@ from labchecks.feedback import (
     FAILED,
     PASSED,
     Feedback,
+    NotAttempted,
+    call,
     device_name,
     explain,
     first_line,
-    is_stub,
     not_a_function,
     not_attempted,
     reads_outer_name,
     rebinds,
+    sets_own_device,
 )
 from labchecks.grading import graded
 from utils.devices import unusable_device
@@ -45,28 +47,13 @@ _MISMATCH = ("Expected all tensors to be on the same device", "is not on the exp
 _HARD_CODED = ("Invalid device",)  # besides every "no such device here" (unusable_device)
 
 
-class _NotAttempted(Exception):
-    """The learner's code still raises the stub's bare NotImplementedError()."""
-
-
-def _call(function: Callable, *args):
-    """Call ``function``; return ``(result, None)`` or ``(None, the exception it raised)``.
-
-    Raises :class:`_NotAttempted` for the stub's ``NotImplementedError()`` (no
-    message). PyTorch's own NotImplementedError (meta's "Cannot copy out of meta
-    tensor") has a message and is returned like any other error.
-    """
-    try:
-        return function(*args), None
-    except Exception as error:
-        if is_stub(error):
-            raise _NotAttempted() from None
-        return None, error
-
-
 def _said(error: BaseException) -> str:
     """PyTorch's message, first line only, as the learner would read it."""
     return f"`{first_line(error)}`"
+
+
+#: How a script usually sets its own device, named where a function does it inside.
+_EXAMPLE = " (e.g. `torch.device('cuda' if torch.cuda.is_available() else 'cpu')`)"
 
 
 def _overridden(exercise: str, function: Callable, target: torch.device) -> Feedback | None:
@@ -74,9 +61,7 @@ def _overridden(exercise: str, function: Callable, target: torch.device) -> Feed
     if not rebinds(function, "device"):
         return None
     return Feedback(exercise, FAILED,
-                    f"asked for {device_name(target)}, your function sets `device = ...` "
-                    "itself (e.g. `torch.device('cuda' if torch.cuda.is_available() else "
-                    "'cpu')`), which throws away the device the caller passed in. Pick the "
+                    f"asked for {device_name(target)}, {sets_own_device(_EXAMPLE)}. Pick the "
                     "device once, at the top of the script; inside, use the `device` argument "
                     "as it is.")
 
@@ -235,7 +220,7 @@ def check_device_agnostic_model(build_model: Callable[[], nn.Module],
     try:
         devices = _devices(device, other)
         for target in devices:
-            model, error = _call(build_model)
+            model, error = call(build_model)
             if error is not None:
                 return Feedback(exercise, FAILED, f"build_model(): {explain(error)}")
             if not isinstance(model, nn.Module):
@@ -250,7 +235,7 @@ def check_device_agnostic_model(build_model: Callable[[], nn.Module],
         for target in devices:
             model = build_model().to(target).train()
             inputs = torch.randn(5, 4, device=target)
-            outputs, error = _call(model, inputs)
+            outputs, error = call(model, inputs)
             if _is_hard_coded(error) or _names_a_third_device(error, target):
                 return _hard_coded(exercise, f"forward failed on {device_name(target)}: "
                                              f"{_said(error)}")
@@ -285,7 +270,7 @@ def check_device_agnostic_model(build_model: Callable[[], nn.Module],
         changed = _what_changed(build_model())
         if changed:
             return Feedback(exercise, FAILED, changed)
-    except _NotAttempted:
+    except NotAttempted:
         return not_attempted(exercise)
     shown = ", ".join(device_name(d) for d in devices)
     return Feedback(exercise, PASSED, f"utils.audit finds nothing left behind and forward runs "
@@ -314,7 +299,7 @@ def check_training_setup(build_training: Callable, device: torch.device | str,
     devices = _devices(device, other)
     try:
         for target in devices:
-            result, error = _call(build_training, _reference_model(), target)
+            result, error = call(build_training, _reference_model(), target)
             if _is_hard_coded(error):
                 return _hard_coded(exercise, f"asked for {device_name(target)}, "
                                              f"build_training raised {_said(error)}")
@@ -370,7 +355,7 @@ def check_training_setup(build_training: Callable, device: torch.device | str,
                                 "the optimizer does not hold the model's parameters (on "
                                 f"{device_name(target)} moving the model replaced them). "
                                 "Move the model first, then build the optimizer.")
-    except _NotAttempted:
+    except NotAttempted:
         return not_attempted(exercise)
     shown = ", ".join(device_name(d) for d in devices)
     return Feedback(exercise, PASSED, f"the model and the loss's class weights land on the "
@@ -387,7 +372,7 @@ def _step_fails(train_step: Callable, target: torch.device, move_inputs: bool,
     inputs, targets = _batch()
     inputs = inputs.to(target) if move_inputs else inputs
     targets = targets.to(target) if move_targets else targets
-    _, error = _call(train_step, *_reference_training(target), inputs, targets, target)
+    _, error = call(train_step, *_reference_training(target), inputs, targets, target)
     return _is_mismatch(error)
 
 
@@ -412,7 +397,7 @@ def check_train_step(train_step: Callable, device: torch.device | str,
             model, loss_fn, optimizer = _reference_training(target)
             before = [p.detach().clone() for p in model.parameters()]
             inputs, targets = _batch()
-            loss, error = _call(train_step, model, loss_fn, optimizer, inputs, targets, target)
+            loss, error = call(train_step, model, loss_fn, optimizer, inputs, targets, target)
             if _is_hard_coded(error) or _names_a_third_device(error, target):
                 return _hard_coded(exercise, f"on {device_name(target)} train_step raised "
                                              f"{_said(error)}")
@@ -457,7 +442,7 @@ def check_train_step(train_step: Callable, device: torch.device | str,
             ):
                 return Feedback(exercise, FAILED, "the weights did not change: keep "
                                                   "optimizer.step() in the step.")
-    except _NotAttempted:
+    except NotAttempted:
         return not_attempted(exercise)
     shown = ", ".join(device_name(d) for d in devices)
     return Feedback(exercise, PASSED, f"a CPU batch trains a model on {shown}: inputs and "
@@ -487,7 +472,7 @@ def check_predict(predict: Callable, device: torch.device | str,
     try:
         for target in devices:
             model = _reference_model().to(target)
-            array, error = _call(predict, model, inputs, target)
+            array, error = call(predict, model, inputs, target)
             overridden = _overridden(exercise, predict, target)
             if _is_mismatch(error) and overridden is not None:
                 return overridden
@@ -522,7 +507,7 @@ def check_predict(predict: Callable, device: torch.device | str,
                 return Feedback(exercise, FAILED, "the array does not hold the model's class "
                                                   "probabilities: keep the skeleton's "
                                                   "softmax line.")
-    except _NotAttempted:
+    except NotAttempted:
         return not_attempted(exercise)
     return Feedback(exercise, PASSED, "the probabilities leave the device the only way they "
                                       "can: `.detach().cpu().numpy()`.")

@@ -13,9 +13,7 @@ from __future__ import annotations
 import os
 import secrets
 from collections.abc import Callable, Mapping
-from contextlib import contextmanager
 from pathlib import Path
-from unittest import mock
 
 import torch
 from torch import nn
@@ -24,14 +22,18 @@ from labchecks.feedback import (
     FAILED,
     PASSED,
     Feedback,
+    NotAttempted,
+    call,
     device_name,
     explain,
     first_line,
-    is_stub,
+    loaded_unsafely,
     moved_and_dropped,
     not_a_function,
     not_attempted,
+    recorded_loads,
     recorded_to_calls,
+    unsafe_load,
 )
 from labchecks.grading import graded
 from utils.checkpoints import add_prefix, save_as_if_on
@@ -87,46 +89,11 @@ def _saved(model: nn.Module) -> dict[str, torch.Tensor]:
     return {key: value.detach().cpu().clone() for key, value in model.state_dict().items()}
 
 
-@contextmanager
-def _recorded_loads():
-    """Patch torch.load to record the keyword arguments of every call."""
-    calls: list[dict] = []
-    real_load = torch.load
-
-    def recording_load(f, *args, **kwargs):
-        named = dict(kwargs)
-        if args:
-            named.setdefault("map_location", args[0])
-        calls.append(named)
-        return real_load(f, *args, **kwargs)
-
-    with mock.patch("torch.load", recording_load):
-        yield calls
-
-
-def _run(function: Callable, *args):
-    """Call the learner's function: (result, error), or raise NotImplementedError through."""
-    problem = not_a_function("", function)
-    if problem is not None:
-        raise TypeError(problem.message)
-    try:
-        return function(*args), None
-    except Exception as error:  # the learner's code raised: diagnose it, do not crash the lab
-        if is_stub(error):
-            raise
-        return None, error
-
-
 def _first_line(error: BaseException) -> str:
     return first_line(error).split(". ")[0].rstrip(".")
 
 
-def _unsafe_load(calls: list[dict]) -> bool:
-    return any(call.get("weights_only") is False for call in calls)
-
-
-UNSAFE = ("you passed weights_only=False. That unpickler runs whatever code the file names, "
-          "and a state dict never needs it: keep the default weights_only=True.")
+UNSAFE = unsafe_load("a state dict")
 
 
 # --- Exercise 1: saved on a GPU ----------------------------------------------------------
@@ -164,6 +131,9 @@ def check_gpu_checkpoint(load_gpu_checkpoint: Callable, device: str | torch.devi
     Introduced in lab 05_save_load_scenarios.
     """
     exercise = "Exercise 1"
+    problem = not_a_function(exercise, load_gpu_checkpoint)
+    if problem is not None:
+        return problem
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     device = torch.device(device)
@@ -173,8 +143,8 @@ def check_gpu_checkpoint(load_gpu_checkpoint: Callable, device: str | torch.devi
         for tag in ("cuda:0", "cuda:1", "mps"):
             path = save_as_if_on(saved, folder / f"lab05_check_{tag.replace(':', '')}.pt", tag)
             for target in targets:
-                with _recorded_loads() as calls, recorded_to_calls() as moves:
-                    state, error = _run(load_gpu_checkpoint, path, target)
+                with recorded_loads() as calls, recorded_to_calls() as moves:
+                    state, error = call(load_gpu_checkpoint, path, target)
                 location = calls[-1].get("map_location") if calls else None
                 if error is not None:
                     if (target.type == "meta" and callable(location)
@@ -190,7 +160,7 @@ def check_gpu_checkpoint(load_gpu_checkpoint: Callable, device: str | torch.devi
                             return Feedback(exercise, FAILED, diagnosis)
                     return Feedback(exercise, FAILED, f"loading the file saved on {tag} onto "
                                     f"{device_name(target)}: {explain(error)}")
-                if _unsafe_load(calls):
+                if loaded_unsafely(calls):
                     return Feedback(exercise, FAILED, UNSAFE)
                 if isinstance(location, Mapping):
                     listed = ", ".join(map(str, location))
@@ -214,10 +184,8 @@ def check_gpu_checkpoint(load_gpu_checkpoint: Callable, device: str | torch.devi
                         not torch.equal(state[key].cpu(), saved[key]) for key in saved):
                     return Feedback(exercise, FAILED, "the tensors you returned are not the "
                                                       "saved ones: return what torch.load read.")
-    except NotImplementedError:
+    except NotAttempted:
         return not_attempted(exercise)
-    except TypeError as error:
-        return Feedback(exercise, FAILED, str(error))
     return Feedback(exercise, PASSED, "files tagged cuda:0, cuda:1 and mps all load onto the "
                                       "device you ask for: map_location=device overrides every "
                                       "saved tag.")
@@ -297,6 +265,9 @@ def _prefix_mistake(keys: list[str], expected: list[str], prefix: str, strict: b
 
 def _check_prefixed(exercise: str, loader: Callable, prefix: str, wrapper: str,
                     folder: str | os.PathLike) -> Feedback:
+    problem = not_a_function(exercise, loader)
+    if problem is not None:
+        return problem
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     saved = _saved(mystery_net(seed=52))
@@ -306,12 +277,10 @@ def _check_prefixed(exercise: str, loader: Callable, prefix: str, wrapper: str,
     expected = list(saved)
     state_calls = _instrument(model)
     try:
-        with _recorded_loads() as load_calls:
-            returned, error = _run(loader, path, model)
-    except NotImplementedError:
+        with recorded_loads() as load_calls:
+            returned, error = call(loader, path, model)
+    except NotAttempted:
         return not_attempted(exercise)
-    except TypeError as error:
-        return Feedback(exercise, FAILED, str(error))
     if error is not None:
         if state_calls and isinstance(error, RuntimeError):
             last = state_calls[-1]
@@ -319,7 +288,7 @@ def _check_prefixed(exercise: str, loader: Callable, prefix: str, wrapper: str,
             if mistake:
                 return Feedback(exercise, FAILED, mistake)
         return Feedback(exercise, FAILED, explain(error))
-    if _unsafe_load(load_calls):
+    if loaded_unsafely(load_calls):
         return Feedback(exercise, FAILED, UNSAFE)
     wrong = [key for key, value in model.state_dict().items()
              if not torch.equal(value.detach().cpu(), saved[key])]
@@ -400,6 +369,9 @@ def check_whole_model(load_whole_model_safely: Callable,
     something other than the model. Introduced in lab 05_save_load_scenarios.
     """
     exercise = "Exercise 4"
+    problem = not_a_function(exercise, load_whole_model_safely)
+    if problem is not None:
+        return problem
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     original = mystery_net(seed=54)
@@ -413,14 +385,12 @@ def check_whole_model(load_whole_model_safely: Callable,
     _forget(trusted)  # an earlier add_safe_globals attempt must not make this one pass
     markers_before = len(MARKERS)
     try:
-        with _recorded_loads() as calls:
-            model, error = _run(load_whole_model_safely, good_path, trusted)
+        with recorded_loads() as calls:
+            model, error = call(load_whole_model_safely, good_path, trusted)
             if error is None:
-                refused, hostile_error = _run(load_whole_model_safely, hostile_path, trusted)
-    except NotImplementedError:
+                refused, hostile_error = call(load_whole_model_safely, hostile_path, trusted)
+    except NotAttempted:
         return not_attempted(exercise)
-    except TypeError as error:
-        return Feedback(exercise, FAILED, str(error))
     finally:
         grew = _forget(trusted)  # undo a process-wide allowlisting of the trusted classes
         ran_code = len(MARKERS) > markers_before
@@ -432,7 +402,7 @@ def check_whole_model(load_whole_model_safely: Callable,
                         "weights_only=False unpickles anything a file names (here a harmless "
                         "marker; in a hostile file, os.system). Keep weights_only=True and "
                         "allow only the trusted classes with torch.serialization.safe_globals.")
-    if _unsafe_load(calls):
+    if loaded_unsafely(calls):
         return Feedback(exercise, FAILED, "no code from the second file ran this time, but your "
                         "loader calls torch.load with weights_only=False, and that unpickler "
                         "runs anything a file names: a file you did not list first, or a "

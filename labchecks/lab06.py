@@ -28,6 +28,9 @@ from labchecks.feedback import (
     attempt,
     explain,
     first_line,
+    loaded_unsafely,
+    recorded_loads,
+    unsafe_load,
 )
 from labchecks.grading import graded
 
@@ -119,19 +122,6 @@ def _scramble_generators() -> None:
     random.seed(99)
 
 
-@contextmanager
-def _recorded_loads():
-    calls: list[dict] = []
-    real_load = torch.load
-
-    def recording_load(f, *args, **kwargs):
-        calls.append(dict(kwargs))
-        return real_load(f, *args, **kwargs)
-
-    with mock.patch("torch.load", recording_load):
-        yield calls
-
-
 def _crash_half_way(real_save: Callable):
     """A torch.save that writes half the bytes, then fails, as a full disk or a kill would."""
 
@@ -153,10 +143,8 @@ NOT_ATOMIC = ("save_checkpoint writes straight into `path`: when the process die
               "mid-save (simulated here), the last good checkpoint is gone too. The exercise "
               "asks for your atomic_save from exercise 1: `atomic_save(checkpoint, path)` "
               "instead of `torch.save(checkpoint, path)`.")
-UNSAFE = ("your load_checkpoint calls torch.load with weights_only=False. That unpickler runs "
-          "whatever code the file names, and a checkpoint made of state_dict()s, numbers and "
-          "RNG states never needs it: keep weights_only=True (the default) and save "
-          "state_dict()s, not whole objects.")
+UNSAFE = unsafe_load("a checkpoint made of state_dict()s, numbers and RNG states",
+                     " and save state_dict()s, not whole objects")
 
 
 @graded
@@ -202,9 +190,9 @@ def check_resume(save_checkpoint: Callable, load_checkpoint: Callable,
             return problem
         resumed = tiny_training(device, seed=99)  # a new process would start from other numbers
         _scramble_generators()
-        with _recorded_loads() as loads:
+        with recorded_loads() as loads:
             start, problem = attempt(exercise, load_checkpoint, path, *resumed, device)
-        if any(call.get("weights_only") is False for call in loads):
+        if loaded_unsafely(loads):
             return Feedback(exercise, FAILED, UNSAFE)
         if problem is not None:
             return _load_failed(exercise, problem)

@@ -33,6 +33,7 @@ from labchecks.feedback import (
     PASSED,
     Feedback,
     attempt_within,
+    is_unattempted,
     not_a_function,
     not_attempted,
     state_dict_keys,
@@ -65,21 +66,6 @@ def fresh_model() -> nn.Module:
     """
     torch.manual_seed(0)
     return nn.Sequential(nn.Linear(6, 10), nn.ReLU(), nn.Linear(10, 3))
-
-
-def is_unattempted(function: Callable) -> bool:
-    """True when ``function``'s body is only the stub: ``raise NotImplementedError()``.
-
-    Lets a check that would start processes say "not attempted" without starting them.
-    """
-    try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(function)))
-    except (OSError, TypeError, SyntaxError):
-        return False
-    body = tree.body[0].body if tree.body and hasattr(tree.body[0], "body") else []
-    body = [s for s in body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
-    return (len(body) == 1 and isinstance(body[0], ast.Raise) and body[0].exc is not None
-            and "NotImplementedError" in ast.unparse(body[0].exc))
 
 
 # --- a GPU machine, simulated ----------------------------------------------------------------
