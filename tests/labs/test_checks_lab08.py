@@ -550,17 +550,23 @@ WRONG_SAVES = {
 }
 
 
+#: The wrong answers judged by whether rank 1 found the finished file: only these need a slow save.
+FOUND_NO_FILE = (save_without_barrier, save_barrier_first)
+
+
 @pytest.fixture(scope="module")
 def judged(tmp_path_factory):
     """One real launch for the whole table; also leaves the sharded checkpoint.
 
-    Rank 0's save sleeps 1 s for the wrong answers (a reader that does not wait at a barrier
-    then finds no file) and 0.1 s for the right ones, whose verdict cannot depend on it: their
-    rank 1 waits at the barrier however long the save takes.
+    Rank 0's save sleeps 1 s for the answers whose verdict is "rank 1 found no finished
+    file" (a reader that does not wait at a barrier then finds none) and 0.1 s for the others,
+    whose verdicts cannot depend on it: the right ones' rank 1 waits at the barrier however
+    long the save takes, and the other wrong ones are judged on what the ranks called (saves,
+    barriers, sleeps, polls), before the check looks for the file.
     """
     folder = tmp_path_factory.mktemp("lab08")
     answers = [*RIGHT_SAVES, *WRONG_SAVES]
-    slow_s = [0.1 if answer in RIGHT_SAVES else 1.0 for answer in answers]
+    slow_s = [1.0 if answer in FOUND_NO_FILE else 0.1 for answer in answers]
     started = time.monotonic()
     verdicts = lab08.judge_saves(answers, folder=str(folder), slow_s=slow_s, timeout_s=240,
                                  shard=True)
