@@ -6,11 +6,15 @@ Each run is `make test PYTEST_ARGS=--junitxml=...`; the breakdown sums the test 
 each file (xdist runs two at a time, so the files add up to about twice the wall time) and
 times the second step of `make test` (the widget tests on ipywidgets 7) on its own. Run it on
 an idle machine: it measures, it asserts nothing. No test runs it.
+
+With ``--write-schedule`` it also writes tests/schedule.json, the files longest first, which
+conftest.py uses to hand the longest files to the test workers first.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import subprocess
 import tempfile
@@ -20,6 +24,16 @@ from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+SCHEDULE = ROOT / "tests" / "schedule.json"
+
+
+def file_of(case: ET.Element) -> str:
+    """The file a junit test case came from, as pytest names it (``tests/unit/test_x.py``,
+    ``notebooks/00_devices.ipynb``)."""
+    if case.get("file"):
+        return case.get("file")
+    name = case.get("classname", "").replace(".", "/")
+    return name[: -len("/ipynb")] + ".ipynb" if name.endswith("/ipynb") else name + ".py"
 
 
 def one_run(folder: Path, number: int) -> tuple[float, dict[str, float]]:
@@ -30,15 +44,17 @@ def one_run(folder: Path, number: int) -> tuple[float, dict[str, float]]:
     wall = time.perf_counter() - started
     per_file: dict[str, float] = defaultdict(float)
     for case in ET.parse(report).getroot().iter("testcase"):
-        name = case.get("file") or case.get("classname", "").replace(".", "/")
-        per_file[name] += float(case.get("time", 0))
+        per_file[file_of(case)] += float(case.get("time", 0))
     return wall, dict(per_file)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
-    runs = parser.parse_args().runs
+    parser.add_argument("--write-schedule", action="store_true",
+                        help="write tests/schedule.json (the files, longest first)")
+    options = parser.parse_args()
+    runs = options.runs
     walls, files = [], defaultdict(list)
     with tempfile.TemporaryDirectory() as folder:
         for number in range(runs):
@@ -59,6 +75,15 @@ def main() -> None:
     for seconds, name in medians[:15]:
         print(f"  {seconds:6.1f}  {name}")
     print(f"  {sum(s for s, _ in medians):6.1f}  all {len(medians)} files")
+    if options.write_schedule:
+        write_schedule({name: seconds for seconds, name in medians})
+
+
+def write_schedule(seconds: dict[str, float]) -> None:
+    """tests/schedule.json: each file's median seconds, longest first."""
+    ordered = dict(sorted(((k, round(v, 1)) for k, v in seconds.items()), key=lambda kv: -kv[1]))
+    SCHEDULE.write_text(json.dumps(ordered, indent=1) + "\n")
+    print(f"wrote {SCHEDULE.relative_to(ROOT)}")
 
 
 if __name__ == "__main__":
