@@ -74,6 +74,16 @@ def cross_device_messages(gpu: torch.device) -> None:
     probe(".numpy() of a cuda tensor (04)", lambda: torch.ones(2, device=gpu).numpy())
     probe("float64 on cuda (01: allowed on CUDA, not on MPS)",
           lambda: torch.ones(2, device=gpu, dtype=torch.float64).dtype)
+    probe("addmm with a zero-dim cpu tensor as the added term (04: checked, unlike `*`)",
+          lambda: torch.addmm(torch.tensor(1.0), torch.randn(2, 4, device=gpu),
+                              torch.randn(4, 3, device=gpu)).device)
+    cpu_conv = nn.Conv2d(1, 2, 3)
+    probe("Conv2d on cpu, input on cuda (04: the 'Input type' form, the other way round)",
+          lambda: cpu_conv(torch.randn(1, 1, 5, 5, device=gpu)))
+    probe("torch.accelerator answers (00, utils.pick_device)",
+          lambda: (torch.accelerator.current_accelerator(),
+                   torch.accelerator.current_accelerator(check_available=True),
+                   torch.accelerator.is_available(), torch.accelerator.device_count()))
 
 
 def module_to_facts(gpu: torch.device) -> None:
@@ -204,6 +214,24 @@ ASYNC_SAVE_NCCL_ONLY = """
 """
 
 
+FORKED_WORKER_TOUCHES_CUDA = """
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+class OnTheGpu(Dataset):
+    def __len__(self):
+        return 4
+    def __getitem__(self, index):
+        return torch.ones(2).to("cuda")
+
+torch.ones(1, device="cuda")  # CUDA is initialised in the parent, as in a training script
+try:
+    next(iter(DataLoader(OnTheGpu(), num_workers=1, multiprocessing_context="fork")))
+except Exception as error:
+    print(type(error).__qualname__ + ": " + str(error).strip().splitlines()[-1])
+"""
+
+
 def main() -> int:
     print(f"torch {torch.__version__}, CUDA {torch.version.cuda}, "
           f"cuda available: {torch.cuda.is_available()}")
@@ -218,6 +246,8 @@ def main() -> int:
         module_to_facts(gpu)
         optimizer_state_on_load(gpu)
         load_messages(gpu, scratch)
+        probe("a forked DataLoader worker that moves to cuda in __getitem__ (07 §6)",
+              lambda: in_fresh_process(FORKED_WORKER_TOUCHES_CUDA))
         probe("dcp.async_save with nccl alone (08)",
               lambda: in_fresh_process(ASYNC_SAVE_NCCL_ONLY % str(scratch / "dcp")))
         copy_timings(gpu)

@@ -7,8 +7,8 @@
 # It writes: log.txt (machine, versions, each step's verdict and time), nbval.txt (every
 # notebook and lab solution under nbval in lax mode: the cells and their asserts run on the GPU
 # branches; outputs are not compared, they differ from the stored CPU ones), executed.tar.gz
-# (each notebook as it ran here, from tools/gpu_run_notebooks.py, figures included) and
-# probe.txt (tools/gpu_probe.py: the exact text of each GPU-only message the notebooks quote).
+# (each notebook as it ran here, from tools/gpu/gpu_run_notebooks.py, figures included) and
+# probe.txt (tools/gpu/gpu_probe.py: the exact text of each GPU-only message the notebooks quote).
 # nbval runs in the repository while the executed copies run in a copy of it (the notebooks
 # write scratch files next to themselves); notebook 07 runs last and alone, for its timings.
 set -u
