@@ -57,10 +57,12 @@ def first_read(path: Path) -> str:
             parts.append(f"[folded code cell: {title}]" if title else "[folded code cell]")
         elif cell.cell_type == "code":
             outputs = "".join(_text(o) for o in cell.get("outputs", []))
-            if not cell.metadata.get("jupyter", {}).get("source_hidden"):  # quizzes: widget only
+            quiz = cell.source.startswith("utils.quiz(")  # its source is hidden: widget only
+            if not cell.metadata.get("jupyter", {}).get("source_hidden"):
                 parts.append(f"```python\n{cell.source}\n```")
             if outputs.strip():
-                parts.append(f"Output:\n```\n{outputs.rstrip()}\n```")
+                label = "A quiz (a widget: click an answer)" if quiz else "Output"
+                parts.append(f"{label}:\n```\n{outputs.rstrip()}\n```")
     return "\n\n".join(p for p in parts if p) + "\n"
 
 
