@@ -263,12 +263,13 @@ def collapse_optional_parts(notebook: nbformat.NotebookNode, cells: list) -> lis
 
 #: The first line of every check cell: what a folded cell shows (JupyterLab 4 shows a folded
 #: cell's first line; Colab shows a form's title), so a reader knows it can be skipped.
-CHECK_TITLE = "# @title Check: the text above holds on this machine (no need to open it)"
+CHECK_TITLE = "# @title ✓ Checked: skip this cell"
 
 
 def with_check_title(text: str) -> str:
-    """A check cell's source, opening with :data:`CHECK_TITLE` (once)."""
-    body = text[len(CHECK_TITLE):].lstrip("\n") if text.startswith(CHECK_TITLE) else text
+    """A check cell's source, opening with :data:`CHECK_TITLE` (once; an older title goes)."""
+    first, _, rest = text.partition("\n")
+    body = rest if first.startswith("# @title") else text
     return f"{CHECK_TITLE}\n{body}"
 
 
