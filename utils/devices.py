@@ -363,7 +363,7 @@ def environment_report() -> str:
     """
     override = os.environ.get(DEVICE_ENV_VAR, "").strip()
     picked = pick_device()
-    why = (f"chosen by {DEVICE_ENV_VAR}={override}; unset, the best one available"
+    why = (f"forced by {DEVICE_ENV_VAR}={override}; without it, the best one available"
            if override else "the best one available")
     second = second_device(picked)
     on_cpu = ": lessons use the CPU" if picked.type == "cpu" else ""

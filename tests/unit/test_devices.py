@@ -202,7 +202,7 @@ def test_environment_report_says_when_the_device_was_forced(machine, monkeypatch
     machine(cuda=1)
     monkeypatch.setenv("LESSONS_DEVICE", "cpu")
     report = utils.environment_report()
-    assert "chosen by LESSONS_DEVICE=cpu; unset, the best one available" in report
+    assert "forced by LESSONS_DEVICE=cpu; without it, the best one available" in report
 
 
 def test_environment_report_on_a_mac_reports_mps(machine):
