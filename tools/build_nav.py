@@ -287,7 +287,7 @@ def _table_rows(paths: list[Path], notebooks: dict[Path, str]) -> list[str]:
     for path in paths:
         relative = path.relative_to(lessons.ROOT).as_posix()
         lab = lessons.lab_for(path)
-        lab_cell = f"[{lab.stem}]({lab.relative_to(lessons.ROOT).as_posix()})" if lab else "—"
+        lab_cell = f"[{title(lab)}]({lab.relative_to(lessons.ROOT).as_posix()})" if lab else "—"
         rows.append(
             f"| {path.name[:2]} | [{title(path)}]({relative}) | {covers(path)} "
             f"| {reading_time.estimate(path, notebooks.get(path)).text()} | {lab_cell} "
