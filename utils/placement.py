@@ -149,7 +149,7 @@ class Placement:
     alias_of: str = ""
 
     def row(self) -> tuple[str, str, str, str, str, str]:
-        """The printable cells: name, kind, device, dtype, shape, moved by Module.to."""
+        """The printable cells: name, kind, device, dtype, shape, reached by Module.to."""
         moved = {True: "yes", False: "NO", None: "-"}[self.moved_by_to]
         if self.kind == RECOMPUTED:
             moved = "rebuilt each call"
@@ -158,7 +158,7 @@ class Placement:
         return self.name, kind, str(self.device), dtype, str(tuple(self.shape)), moved
 
 
-_HEADERS = ("name", "kind", "device", "dtype", "shape", "moved by Module.to")
+_HEADERS = ("name", "kind", "device", "dtype", "shape", "reached by Module.to")
 
 
 class PlacementTable(list):
