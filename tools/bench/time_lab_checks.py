@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
 
     lab07 = solution_namespace("07_moving_data_fast")
     lab08_answers = solution_namespace("08_many_devices")
-    checks = lab07["checks"]
+    checks07, checks08 = lab07["checks"], lab08_answers["checks"]  # labchecks.lab07, .lab08
     scratch = Path(tempfile.mkdtemp(prefix="time-lab-checks-"))
     alone = scratch / "alone"
     after = scratch / "after"
@@ -101,28 +101,28 @@ def main(argv: list[str] | None = None) -> int:
 
     rows = [
         ("07.1 check_fast_training, solution",
-         lambda: checks.check_fast_training(lab07["train_fast"]), None),
+         lambda: checks07.check_fast_training(lab07["train_fast"]), None),
         ("07.2 check_adam_bytes, solution",
-         lambda: checks.check_adam_bytes(lab07["adam_bytes"]), None),
+         lambda: checks07.check_adam_bytes(lab07["adam_bytes"]), None),
         ("07.3 check_largest_batch, solution",
-         lambda: checks.check_largest_batch(lab07["largest_batch"]), None),
+         lambda: checks07.check_largest_batch(lab07["largest_batch"]), None),
         ("08.1 check_setup_device, solution",
-         lambda: checks.check_setup_device(lab08_answers["setup_device"]), None),
+         lambda: checks08.check_setup_device(lab08_answers["setup_device"]), None),
         ("08.1 check_setup_device, a function that never returns",
-         lambda: checks.check_setup_device(waits_for_ever), None),
+         lambda: checks08.check_setup_device(waits_for_ever), None),
         ("08.2 check_rank_aware_load, solution",
-         lambda: checks.check_rank_aware_load(lab08_answers["load_for_this_rank"],
-                                              folder=str(after)), None),
-        ("08.3 check_save_on_rank_zero, solution",
-         lambda: checks.check_save_on_rank_zero(lab08_answers["save_on_rank_zero"],
+         lambda: checks08.check_rank_aware_load(lab08_answers["load_for_this_rank"],
                                                 folder=str(after)), None),
+        ("08.3 check_save_on_rank_zero, solution",
+         lambda: checks08.check_save_on_rank_zero(lab08_answers["save_on_rank_zero"],
+                                                  folder=str(after)), None),
         ("08.3 check_save_on_rank_zero, barrier inside `if rank == 0`",
          lambda: lab08.judge_saves([barrier_inside_if], folder=str(scratch / "if"))[0], None),
         ("08.4 check_load_sharded, solution, first run (writes its checkpoint)",
-         lambda: checks.check_load_sharded(lab08_answers["load_sharded"], folder=str(alone)),
+         lambda: checks08.check_load_sharded(lab08_answers["load_sharded"], folder=str(alone)),
          fresh),
         ("08.4 check_load_sharded, solution, run again (the checkpoint is there)",
-         lambda: checks.check_load_sharded(lab08_answers["load_sharded"], folder=str(alone)),
+         lambda: checks08.check_load_sharded(lab08_answers["load_sharded"], folder=str(alone)),
          None),
     ]
     print(f"cores: {os.cpu_count()}, load average at start: "
