@@ -11,7 +11,8 @@ The text format: an optional first line ``#! covers: ...`` (the README's one-lin
 summary); then cells, each starting with ``# %%`` (code) or ``# %% [markdown]``,
 optionally followed by ``id=CELL_ID`` and ``tags=tag1,tag2``. Markdown is written as is,
 not commented. Generated parts (badges and navigation cells, the Colab preamble of the setup
-cell) are left out of the text; tools/build_nav.py writes them back.
+cell) are left out of the text; from-text writes them back (so the notebook runs at once), and
+tools/build_nav.py refreshes what depends on other notebooks (the README table, reading times).
 
 Cell ids survive the round trip: a cell keeps the id its marker line names, a new cell (a
 marker without ``id=``) gets a fresh one, so anything keyed by cell id (review notes, a
@@ -111,6 +112,7 @@ def main(argv: list[str]) -> int:
         target = Path(argv[2])
         previous = nbformat.read(target, as_version=4) if target.exists() else None
         notebook = from_text(Path(argv[1]).read_text(encoding="utf-8"), previous)
+        notebook = build_nav.with_generated_cells(notebook, target.resolve())  # runnable at once
         target.write_text(build_nav.serialize(notebook), encoding="utf-8")
         return 0
     print(__doc__, file=sys.stderr)
