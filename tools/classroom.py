@@ -2,10 +2,10 @@
 
 Run it in the teacher's environment (``make teacher`` builds .venv-teacher with nbgrader)::
 
-    .venv-teacher/bin/python tools/classroom.py ~/course          # every lab
-    .venv-teacher/bin/python tools/classroom.py ~/course 02 05    # some labs
-    .venv-teacher/bin/python tools/classroom.py ~/course --failed 02_copy_pitfall
-    .venv-teacher/bin/python tools/classroom.py ~/course --suspicious 02_copy_pitfall
+    .venv-teacher/bin/python -m tools.classroom ~/course          # every lab
+    .venv-teacher/bin/python -m tools.classroom ~/course 02 05    # some labs
+    .venv-teacher/bin/python -m tools.classroom ~/course --failed 02_copy_pitfall
+    .venv-teacher/bin/python -m tools.classroom ~/course --suspicious 02_copy_pitfall
 
 It writes ``source/NN_topic/NN_topic.ipynb`` for each lab (the solution lab, outputs cleared,
 with a classroom header instead of the self-study one, and the grader as a hidden part of
