@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from utils.text import table_text
+
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
@@ -175,3 +177,13 @@ def load_matrix(outcomes: dict[tuple[str, str, str | None], str], title: str) ->
     cells = {(saved_on, label(loaded_on, map_location)): text
              for (saved_on, loaded_on, map_location), text in outcomes.items()}
     return scenario_matrix(cells, rows, [label(*case) for case in LOAD_CASES], title)
+
+
+def load_table(outcomes: dict[tuple[str, str, str | None], str]) -> str:
+    """:func:`run_load_cases`' outcomes as text, one line per case: what the matrix shows,
+    for a reader without the figure. Introduced in 05_save_load_scenarios."""
+    rows = [(saved_on, loaded_on, "none" if how is None else repr(how), " ".join(text.split()))
+            for (saved_on, loaded_on, how), text in outcomes.items()]
+    return table_text(f"{len(rows)} loads:", ("saved on", "loaded on", "map_location", "outcome"),
+                      rows, len(rows))
+
