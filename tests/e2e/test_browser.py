@@ -26,10 +26,8 @@ this test's kernel is the widget mode (``LESSONS_WIDGETS`` unset), which only th
 cells read, and those all run here: the test checks that the copy kept every quiz of the
 tracked notebook and that each one renders.
 
-The scenario explorer and the placement viewer are clicked in a scratch notebook written
-into the server's temporary folder (never committed), since notebooks 03-05 do not show
-them yet. TODO(notebooks 03-05): once they call utils.explore_save_load() and
-utils.view_placement(), click the widgets in those notebooks instead and drop the scratch.
+The placement viewer (notebook 03) and the scenario explorer (05) are clicked where the
+notebooks show them: a choice made, the button pressed, the result read.
 """
 
 from __future__ import annotations
@@ -73,7 +71,6 @@ INSTALL_HINT = (
     "to run the JupyterLab browser test"
 )
 NOTEBOOKS = lessons.lesson_notebooks()
-SCRATCH = "scratch/widgets_check.ipynb"  # written in the server's temporary folder only
 # Every wait below is a wait *until* something shows, so a generous limit costs nothing when
 # things work and only a real hang reaches it. The limits are sized for a 2-core machine
 # running notebooks beside this test with both cores busy (tools/bench/stress_test_suite.py).
@@ -91,16 +88,6 @@ def _chromium() -> str:
     if IN_CI:
         pytest.fail(f"CI=true but {INSTALL_HINT[0].lower()}{INSTALL_HINT[1:]}")
     pytest.skip(INSTALL_HINT)
-
-
-def _write_scratch_notebook(path: Path) -> None:
-    """A throwaway notebook (never committed) that shows the explorer and the viewer."""
-    cells = ["import utils", "utils.explore_save_load()", "utils.view_placement()"]
-    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
-    notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
-                                       "language": "python"}
-    path.parent.mkdir(parents=True)
-    nbformat.write(notebook, path)
 
 
 LAUNCH = "utils.torchrun("  # a cell that starts worker processes
@@ -154,7 +141,6 @@ def lab(tmp_path_factory):
                     ignore=shutil.ignore_patterns("checkpoints", ".ipynb_checkpoints"))
     for notebook in NOTEBOOKS:
         _browser_copy(notebook, root / "notebooks" / notebook.name)
-    _write_scratch_notebook(root / SCRATCH)
     port, token = _free_port(), secrets.token_hex(16)
     env = dict(os.environ)
     env.pop("LESSONS_WIDGETS", None)  # real widgets here, not the text form nbval checks
@@ -295,6 +281,8 @@ CELLS_JS = """path => (""" + PANEL_JS + """)(path).content.widgets
 CLOSE_JS = """path => { const panel = (""" + PANEL_JS + """)(path);
   panel.sessionContext.shutdown().then(() => panel.dispose()); }"""
 
+EXPAND_JS = "() => window.jupyterapp.commands.execute('notebook:expand-all-headings')"
+
 #: How many notebooks ahead are opened, so their kernels start while one runs.
 LOOKAHEAD = 2
 
@@ -310,15 +298,14 @@ def _first_quiz_call(sources: list[str]) -> tuple[list[str], str, dict] | None:
     return None
 
 
-def _path(notebook: Path | str) -> str:
-    return notebook if isinstance(notebook, str) else f"notebooks/{notebook.name}"
+def _path(notebook: Path) -> str:
+    return f"notebooks/{notebook.name}"
 
 
-def _run_all(page, notebook: Path | str) -> list[dict]:
+def _run_all(page, notebook: Path) -> list[dict]:
     """Open ``notebook`` (and the next ones, in the background), Run All; return its cells."""
-    order = [*NOTEBOOKS, SCRATCH]
-    index = order.index(notebook)
-    for upcoming in order[index + 1 : index + 1 + LOOKAHEAD]:
+    index = NOTEBOOKS.index(notebook)
+    for upcoming in NOTEBOOKS[index + 1 : index + 1 + LOOKAHEAD]:
         page.evaluate(OPEN_JS, [_path(upcoming), False])
     path = _path(notebook)
     page.evaluate(OPEN_JS, [path, True])
@@ -359,8 +346,7 @@ def test_notebook_runs_all_in_jupyterlab_with_widgets_rendered(browser_page, not
         if quiz:
             choices, answer, explanations = quiz
             # The first quiz may sit in a folded part: unfold them all, as a reader would.
-            page.evaluate("() => window.jupyterapp.commands.execute("
-                          "'notebook:expand-all-headings')")
+            page.evaluate(EXPAND_JS)
             first = page.locator(f"{CURRENT} .lessons-quiz").first
             first.scroll_into_view_if_needed()
             first.locator(".lessons-quiz-choice").first.click()
@@ -370,45 +356,45 @@ def test_notebook_runs_all_in_jupyterlab_with_widgets_rendered(browser_page, not
             mark = "✔" if right else "✘"
             assert feedback.inner_text().strip() == f"{mark} {text.replace('`', '')}"
             first.evaluate("quiz => quiz.scrollIntoView({block: 'center'})")  # for the picture
+        sources = [cell["source"] for cell in cells]
+        if any("utils.view_placement(" in source for source in sources):
+            _click_placement_viewer(page)
+        if any("utils.explore_save_load(" in source for source in sources):
+            _click_scenario_explorer(page)
         SCREENSHOTS.mkdir(exist_ok=True)
         page.screenshot(path=str(SCREENSHOTS / f"{notebook.stem}.png"))
     finally:
         page.evaluate(CLOSE_JS, _path(notebook))  # stops its kernel; the server stops the rest
 
 
-def test_scenario_explorer_and_placement_viewer_work_in_jupyterlab(browser_page):
-    """Both widgets, shown in a scratch notebook and driven by clicks.
+def _click_scenario_explorer(page) -> None:
+    """Notebook 05's explorer: run the default case, then a dict map_location."""
+    page.evaluate(EXPAND_JS)  # the widget may sit in a folded part
+    explorer = page.locator(f"{CURRENT} .lessons-scenario")
+    assert explorer.count() == 1, "the scenario explorer did not render"
+    explorer.scroll_into_view_if_needed()
+    explorer.locator(".lessons-scenario-run").click()
+    result = explorer.locator(".lessons-scenario-result")
+    result.wait_for(timeout=WAIT_MS)
+    if not ON_GPU:
+        assert "Attempting to deserialize object on a CUDA device" in result.inner_text()
+    explorer.locator("select").nth(2).select_option("dict")
+    explorer.locator(".lessons-scenario-run").click()
+    page.wait_for_function(
+        "() => document.querySelector('" + CURRENT + " .lessons-scenario-result').innerText"
+        ".includes('map_location={\"cuda:0\": \"cpu\"}')", timeout=WAIT_MS)
+    assert "Loaded" in result.inner_text() and "weight: cpu" in result.inner_text()
 
-    TODO(notebook 05 and 03): once they show these widgets, click them there instead.
-    """
-    page = browser_page
-    try:
-        cells = _run_all(page, SCRATCH)
-        assert [cell["errors"] for cell in cells] == [[], [], []]
-        assert page.locator("text=Error displaying widget").count() == 0
 
-        explorer = page.locator(".lessons-scenario")
-        explorer.locator(".lessons-scenario-run").click()
-        result = explorer.locator(".lessons-scenario-result")
-        result.wait_for(timeout=WAIT_MS)
-        if not ON_GPU:
-            assert "Attempting to deserialize object on a CUDA device" in result.inner_text()
-        explorer.locator("select").nth(2).select_option("dict")
-        explorer.locator(".lessons-scenario-run").click()
-        page.wait_for_function(
-            "() => document.querySelector('.lessons-scenario-result').innerText"
-            ".includes('map_location={\"cuda:0\": \"cpu\"}')", timeout=WAIT_MS)
-        assert "Loaded" in result.inner_text() and "weight: cpu" in result.inner_text()
-
-        viewer = page.locator(".lessons-placement")
-        viewer.locator("select").nth(0).select_option("plain tensor attribute")
-        viewer.locator("select").nth(1).select_option("meta")
-        viewer.locator(".lessons-placement-show").click()
-        report = viewer.locator(".lessons-placement-result")
-        report.wait_for(timeout=WAIT_MS)
-        assert "Left behind by Module.to: scale" in report.inner_text()
-        explorer.scroll_into_view_if_needed()
-        SCREENSHOTS.mkdir(exist_ok=True)
-        page.screenshot(path=str(SCREENSHOTS / "widgets_check.png"))
-    finally:
-        page.evaluate(CLOSE_JS, SCRATCH)
+def _click_placement_viewer(page) -> None:
+    """Notebook 03's viewer: a plain tensor attribute moved to meta is left behind."""
+    page.evaluate(EXPAND_JS)  # the widget may sit in a folded part
+    viewer = page.locator(f"{CURRENT} .lessons-placement")
+    assert viewer.count() == 1, "the placement viewer did not render"
+    viewer.scroll_into_view_if_needed()
+    viewer.locator("select").nth(0).select_option("plain tensor attribute")
+    viewer.locator("select").nth(1).select_option("meta")
+    viewer.locator(".lessons-placement-show").click()
+    report = viewer.locator(".lessons-placement-result")
+    report.wait_for(timeout=WAIT_MS)
+    assert "Left behind by Module.to: scale" in report.inner_text()
