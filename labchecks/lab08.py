@@ -821,7 +821,8 @@ def check_save_on_rank_zero(save_on_rank_zero: Callable,
     calls it on both ranks with a DDP model; rank 0's ``torch.save`` is made slow (1.5 s).
     Right after the call returns, each rank looks for the file. Passes when only rank 0
     saved, the keys have no ``module.`` prefix, and rank 1 found the finished file (a
-    barrier). Introduced in lab 08_many_devices.
+    barrier). The same launch then writes the sharded checkpoint exercise 4 loads, so that
+    check needs no launch of its own. Introduced in lab 08_many_devices.
     """
 
     exercise = "Exercise 3"
@@ -836,7 +837,7 @@ def check_save_on_rank_zero(save_on_rank_zero: Callable,
         return Feedback(exercise, FAILED, "the check could not read your function's source: "
                                           "write it with `def save_on_rank_zero(ddp, path):` in "
                                           "a cell (not a lambda), and run that cell.")
-    return judge_saves([save_on_rank_zero], folder)[0]
+    return judge_saves([save_on_rank_zero], folder, shard=True)[0]
 
 
 def _plain_errors(function: Callable, texts: list[str]) -> Callable:
@@ -887,9 +888,9 @@ def check_load_sharded(load_sharded: Callable, folder: str = "scratch_lab08") ->
 
     The folder is a DCP checkpoint written by 2 processes, each holding half of every
     parameter (FSDP2). Passes when the model's weights equal the saved ones, loaded
-    here with no process group (a 2 -> 1 reshard). The check writes the checkpoint itself
-    (a 2-process launch) unless ``folder`` already holds one, so it needs no other
-    exercise. Introduced in lab 08_many_devices.
+    here with no process group (a 2 -> 1 reshard). Exercise 3's check leaves that
+    checkpoint in ``folder``; when it is not there, this check writes it (a 2-process
+    launch), so it needs no other exercise. Introduced in lab 08_many_devices.
     """
     import warnings
 
