@@ -81,9 +81,15 @@ workspace:  ## Create or update my-work/ without starting JupyterLab; say which 
 fresh:  ## A fresh copy of one notebook or lab, keeping yours: make fresh COPY=labs/02_copy_pitfall.ipynb
 	@$(PYTHON) -m tools.workspace --folder "$(WORK)" --fresh "$(COPY)"
 
+# The widget tests on ipywidgets 7 run alongside the suite (a few seconds of CPU, mostly
+# waiting for imports); their output is printed after the suite's, and either failing fails.
 test: $(STAMP) $(STAMP7)  ## Run the whole test suite (unit tests, notebooks, browser, widgets on 7)
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
-	$(MAKE) --no-print-directory test-ipywidgets7
+	@log=$$(mktemp); \
+	$(MAKE) --no-print-directory test-ipywidgets7 >$$log 2>&1 & widgets=$$!; \
+	$(BIN)/python -m pytest $(PYTEST_ARGS); suite=$$?; \
+	wait $$widgets; again=$$?; \
+	echo "--- alongside: the widget tests on ipywidgets $(IPYW7) ---"; cat $$log; rm -f $$log; \
+	[ $$suite -eq 0 ] && [ $$again -eq 0 ]
 
 test-ipywidgets7: $(STAMP7)  ## The widget tests again, with ipywidgets 7.7 as on Colab
 	EXPECT_IPYWIDGETS=$(IPYW7) $(VENV7)/bin/python -m pytest -o addopts="" -p no:cacheprovider \

@@ -3,8 +3,8 @@
     .venv/bin/python -m tools.bench.time_make_test [--runs 3]
 
 Each run is `make test PYTEST_ARGS=--junitxml=...`; the breakdown sums the test time of
-each file (xdist runs two at a time, so the files add up to about twice the wall time) and
-times the second step of `make test` (the widget tests on ipywidgets 7) on its own. Run it on
+each file (xdist runs several at a time, so the files add up to more than the wall time) and
+times the widget tests on ipywidgets 7 (which `make test` runs alongside) on their own. Run it on
 an idle machine: it measures, it asserts nothing. No test runs it.
 
 With ``--write-schedule`` it also writes tests/schedule.json, the files longest first, which
@@ -68,9 +68,9 @@ def main() -> None:
                    capture_output=True)
     widgets7 = time.perf_counter() - started
     print(f"\nmake test, median of {runs}: {statistics.median(walls):.0f} s "
-          f"(runs: {', '.join(f'{w:.0f}' for w in walls)}); of which test-ipywidgets7 "
-          f"about {widgets7:.0f} s")
-    print("\nslowest files (median test seconds; two workers run at once):")
+          f"(runs: {', '.join(f'{w:.0f}' for w in walls)}); test-ipywidgets7, run alongside, "
+          f"takes about {widgets7:.0f} s on its own")
+    print("\nslowest files (median test seconds; the workers run at once):")
     medians = sorted(((statistics.median(v), k) for k, v in files.items()), reverse=True)
     for seconds, name in medians[:15]:
         print(f"  {seconds:6.1f}  {name}")
