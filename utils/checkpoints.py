@@ -582,17 +582,3 @@ def add_prefix(state_dict: Mapping[str, Any], prefix: str = "module.") -> Ordere
     Introduced in 06_training_checkpoints.
     """
     return OrderedDict((prefix + key, value) for key, value in state_dict.items())
-
-
-__all__ = [
-    "CheckpointError",
-    "CheckpointInfo",
-    "TensorEntry",
-    "UnsafeCheckpointError",
-    "add_prefix",
-    "inspect_checkpoint",
-    "save_as_if_on",
-    "save_atomic",
-    "strip_prefix",
-    "strip_wrapper_prefixes",
-]

@@ -335,7 +335,3 @@ def shard_figure(infos: list[DcpInfo], titles: list[str] | None = None):
 def _rank_of(file: str) -> int | None:
     found = _DATA_FILE.match(file)
     return int(found.group(1)) if found else None
-
-
-__all__ = ["Chunk", "DcpEntry", "DcpInfo", "inspect_dcp", "is_dcp_folder", "latest",
-           "save_and_switch", "shard_figure"]

@@ -339,14 +339,3 @@ def _failure(name: str, logs: dict[int, tuple[str, str]], launcher_output: str,
     return (f"{name}: torchrun exited with status {returncode} and no rank printed a "
             f"traceback (a rank killed by a signal, or the launcher itself failed):\n{said}"
             + "".join(f"\n\n{tail}" for tail in tails))
-
-
-__all__ = [
-    "TORCHRUN_VARIABLES",
-    "Worker",
-    "WorkerFailed",
-    "backend_and_device",
-    "child_stderr",
-    "process_group",
-    "torchrun",
-]
