@@ -55,12 +55,7 @@ def inspect_checkpoint(path: str | os.PathLike) -> CheckpointInfo | DcpInfo:
         return inspect_dcp(path)
     fmt = _sniff(path)
     name = path.name
-    tags: dict[int, str] = {}
-
-    def record(storage: torch.UntypedStorage, location: str) -> torch.UntypedStorage:
-        tags[storage._cdata] = location
-        return storage
-
+    tags, record = _tag_recorder()
     try:
         with warnings.catch_warnings():  # loading sparse tensors warns about invariant checks
             warnings.filterwarnings("ignore", message="Sparse invariant checks")
@@ -193,6 +188,17 @@ class CheckpointInfo:
 
 
 _HEADER = ("key", "shape", "dtype", "saved on", "storage saved")
+
+
+def _tag_recorder() -> tuple[dict[int, str], Any]:
+    """Return ({storage: tag}, a map_location callable that fills it, moving nothing)."""
+    tags: dict[int, str] = {}
+
+    def record(storage: torch.UntypedStorage, location: str) -> torch.UntypedStorage:
+        tags[storage._cdata] = location
+        return storage
+
+    return tags, record
 
 
 def _checkpoints_in(folder: Path) -> str:
@@ -332,12 +338,7 @@ def _stand_in(name: str) -> tuple[type, str]:
 def _refused_contents(path: Path, fmt: str, needs: list[str]) -> CheckpointInfo | None:
     """A refused file's tensors, read by the safe loader with each name it asks for
     allowlisted as a :class:`_StandIn`; None when they cannot be read."""
-    tags: dict[int, str] = {}
-
-    def record(storage: torch.UntypedStorage, location: str) -> torch.UntypedStorage:
-        tags[storage._cdata] = location
-        return storage
-
+    tags, record = _tag_recorder()
     named = list(needs)
     for _ in range(64):
         try:

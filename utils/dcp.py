@@ -197,11 +197,6 @@ class DcpInfo:
 _HEADER = ("key", "shape", "dtype", "written by")
 
 
-def is_dcp_folder(path: str | os.PathLike) -> bool:
-    """True when ``path`` is a folder holding a DCP ``.metadata`` file."""
-    return Path(path).is_dir() and (Path(path) / METADATA_FILE).is_file()
-
-
 def _read_metadata(folder: Path) -> Any:
     where = f"{folder.name}/{METADATA_FILE}"
     data = (folder / METADATA_FILE).read_bytes()

@@ -93,7 +93,6 @@ RECOMPUTED = "plain attribute, recomputed before each forward from a registered 
 #: A tensor passed to :func:`where` directly, not found inside a module.
 LOOSE = "tensor"
 
-_MOVED_KINDS = (PARAMETER, BUFFER, NON_PERSISTENT_BUFFER)
 _CONTAINER_KINDS = {None: TENSOR_ATTRIBUTE, "list": IN_LIST, "tuple": IN_TUPLE, "set": IN_SET,
                     "dict": IN_DICT}
 # Attributes every nn.Module has; anything else in a module's __dict__ was set by its author.
@@ -281,11 +280,9 @@ def _fix(placement: Placement) -> str:
     if placement.kind == TENSOR_ATTRIBUTE:
         return (f"a constant becomes a buffer: self.register_buffer({leaf!r}, tensor) in "
                 f"__init__; a tensor to train becomes an nn.Parameter")
-    if placement.kind in (IN_LIST, IN_TUPLE, IN_SET):
-        return ("keep trainable tensors in nn.ParameterList; otherwise register each one "
-                "with register_buffer, or create it in forward with device=x.device")
-    if placement.kind == IN_DICT:
-        return ("keep trainable tensors in nn.ParameterDict; otherwise register each one "
+    if placement.kind in (IN_LIST, IN_TUPLE, IN_SET, IN_DICT):
+        holder = "ParameterDict" if placement.kind == IN_DICT else "ParameterList"
+        return (f"keep trainable tensors in nn.{holder}; otherwise register each one "
                 "with register_buffer, or create it in forward with device=x.device")
     if "plain dict" in placement.kind:
         return "hold the modules in nn.ModuleDict instead of a Python dict"

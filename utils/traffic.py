@@ -91,13 +91,6 @@ class Ledger:
         """Total bytes copied between devices, in every direction."""
         return sum(copy.bytes for copy in self.copies)
 
-    def bytes_by_direction(self) -> dict[str, int]:
-        """Bytes moved per direction ('host to device', 'device to host', ...)."""
-        totals: Counter[str] = Counter()
-        for copy in self.copies:
-            totals[copy.direction] += copy.bytes
-        return dict(totals)
-
     def waits_by_reason(self) -> dict[str, int]:
         """How many waits of each kind: {'.item() ...': 3, ...}."""
         return dict(Counter(wait.why for wait in self.waits))
