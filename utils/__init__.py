@@ -1,6 +1,6 @@
 """Helpers for the device-placement notebooks (``import utils``).
 
-Each function's docstring names the notebook that introduces it.
+The imports below are the API. Each function's docstring names the notebook that introduces it.
 """
 
 from utils.checkpoints import (
@@ -41,51 +41,3 @@ from utils.widgets import (
     view_placement,
     widget_mode,
 )
-
-__all__ = [
-    "CheckpointError",
-    "CheckpointInfo",
-    "Copy",
-    "DEVICE_ENV_VAR",
-    "DcpInfo",
-    "DeviceNotAvailableError",
-    "Finding",
-    "Footprint",
-    "Ledger",
-    "Placement",
-    "TensorEntry",
-    "Wait",
-    "UnsafeCheckpointError",
-    "WIDGETS_ENV_VAR",
-    "Worker",
-    "WorkerFailed",
-    "add_prefix",
-    "aten_ops",
-    "audit",
-    "available_devices",
-    "cleaned_error",
-    "describe_device",
-    "environment_report",
-    "explore_save_load",
-    "footprint",
-    "format_bytes",
-    "inspect_checkpoint",
-    "inspect_dcp",
-    "is_accelerator",
-    "parse_device",
-    "pick_device",
-    "placement_figure",
-    "process_group",
-    "quiz",
-    "save_as_if_on",
-    "save_atomic",
-    "second_device",
-    "strip_prefix",
-    "strip_wrapper_prefixes",
-    "unusable_device",
-    "torchrun",
-    "view_placement",
-    "where",
-    "why_no_cuda",
-    "widget_mode",
-]

@@ -1,13 +1,8 @@
 """Checkpoints: look inside one safely, fake where it was saved, save atomically, fix prefixes.
 
-Introduced in notebook 05_save_load_scenarios (inspect_checkpoint, save_as_if_on) and
-06_training_checkpoints (save_atomic, strip_prefix, strip_wrapper_prefixes, add_prefix).
-
-Everything here is built on what PyTorch already offers: ``torch.load`` with
-``weights_only=True`` (its safe unpickler), ``mmap=True`` and a ``map_location``
-callable; ``torch.serialization.register_package`` (the hook for location tags);
-``torch.nn.modules.utils.consume_prefix_in_state_dict_if_present``. Nothing here ever
-unpickles with ``weights_only=False``: a checkpoint that needs code to load is refused.
+Introduced in 05_save_load_scenarios (inspect_checkpoint, save_as_if_on) and
+06_training_checkpoints (save_atomic and the prefix helpers). Nothing here unpickles with
+``weights_only=False``: a checkpoint that needs code to load is refused.
 """
 
 from __future__ import annotations
@@ -44,26 +39,13 @@ if TYPE_CHECKING:
 def inspect_checkpoint(path: str | os.PathLike) -> CheckpointInfo | DcpInfo:
     """Return what the checkpoint at ``path`` holds, without loading its data.
 
-    For each tensor: its key path (``model/fc.weight``, levels joined by ``/``; a key
-    that itself holds a ``/`` is quoted, ``'a/b'``), shape, storage size,
-    dtype and the location tag it was saved with (``cpu``, ``cuda:0``, ``mps``...).
-    ``.locations`` is the set of tags, ``.entries`` the rows; the result renders as a
-    table in a notebook.
-
-    It is ``torch.load`` with ``weights_only=True`` (PyTorch's safe unpickler: no
-    pickled code ever runs), ``mmap=True`` (zip files: tensor bytes are mapped, never
-    read, so the cost does not grow with the data) and a ``map_location`` callable that
-    notes each storage's tag and hands the storage back unchanged (so a ``cuda:0`` file
-    inspects fine on a CPU-only machine). Legacy-format files cannot be mapped: their
-    bytes are read. Raises FileNotFoundError / IsADirectoryError, CheckpointError (empty,
-    truncated, not a checkpoint) and UnsafeCheckpointError (the pickle needs code to
-    load), each saying what was found. A refused file is still not loaded, but the
-    error's ``.needs`` lists what it asks for and its ``.info`` lists its tensors and
-    location tags, read by the same safe loader with harmless stand-ins for what the file
-    names, so nothing of the file runs. Introduced in 05_save_load_scenarios.
-
-    A folder written by ``torch.distributed.checkpoint`` (DCP) is read by
-    :func:`utils.dcp.inspect_dcp` instead, from its ``.metadata`` alone (notebook 08).
+    Per tensor: key path (``model/fc.weight``), shape, dtype, storage size and the location
+    tag it was saved with (``.locations``: the set of tags). It is ``torch.load`` with
+    ``weights_only=True``, ``mmap=True`` and a ``map_location`` callable that notes each
+    storage's tag and returns it unchanged, so a ``cuda:0`` file inspects on a CPU. Raises
+    CheckpointError (empty, truncated, not a checkpoint) or UnsafeCheckpointError (its
+    ``.needs``: the code it asks for; ``.info``: its tensors, nothing of it run). A DCP
+    folder goes to :func:`utils.dcp.inspect_dcp` (08). Introduced in 05_save_load_scenarios.
     """
     path = Path(path)
     if path.is_dir() and any(p.name == ".metadata" or p.suffix == ".distcp"
@@ -73,12 +55,7 @@ def inspect_checkpoint(path: str | os.PathLike) -> CheckpointInfo | DcpInfo:
         return inspect_dcp(path)
     fmt = _sniff(path)
     name = path.name
-    tags: dict[int, str] = {}
-
-    def record(storage: torch.UntypedStorage, location: str) -> torch.UntypedStorage:
-        tags[storage._cdata] = location
-        return storage
-
+    tags, record = _tag_recorder()
     try:
         with warnings.catch_warnings():  # loading sparse tensors warns about invariant checks
             warnings.filterwarnings("ignore", message="Sparse invariant checks")
@@ -135,10 +112,9 @@ def inspect_checkpoint(path: str | os.PathLike) -> CheckpointInfo | DcpInfo:
                           entries=_entries(found, tags))
 
 
-# --- how inspect_checkpoint reads a file, and the other helpers -------------------------------
+# --- how inspect_checkpoint reads a file, and the other helpers ---
 
-#: How every legacy (pre-1.6, ``_use_new_zipfile_serialization=False``) checkpoint starts:
-#: pickle protocol 2, then the long integer 0x1950a86a20f9469cfc6c (torch's magic number).
+#: A legacy (pre-1.6) checkpoint starts with pickle protocol 2, then torch's magic number.
 LEGACY_MAGIC = b"\x80\x02\x8a\x0a" + (0x1950A86A20F9469CFC6C).to_bytes(10, "little")
 ZIP_MAGIC = b"PK\x03\x04"
 
@@ -147,18 +123,15 @@ WRAPPER_PREFIXES = ("module.", "_orig_mod.")
 
 @dataclass(frozen=True)
 class TensorEntry:
-    """One tensor in a checkpoint: where it sits in the saved object, and what it is."""
+    """One tensor in a checkpoint: its key, what it is, and where it was saved."""
 
     key: str
     shape: tuple[int, ...]
     dtype: torch.dtype
     location: str
     nbytes: int
-    #: Bytes of the whole storage the tensor views, which torch.save writes in full
-    #: (a 2-element view of a 1 MiB tensor saves 1 MiB). 0 for meta and sparse tensors.
-    storage_bytes: int = 0
-    #: True when an earlier entry already showed this storage (saved once, shared).
-    shared: bool = False
+    storage_bytes: int = 0  # the whole storage it views, as torch.save writes it
+    shared: bool = False  # an earlier entry already showed this storage
 
 
 @dataclass
@@ -169,9 +142,7 @@ class CheckpointInfo:
     format: str  # "zip" (torch.save since 1.6) or "legacy"
     file_bytes: int
     entries: list[TensorEntry] = field(default_factory=list)
-    #: Set when weights_only=True refused the file: what its pickle asks for. The entries
-    #: were then read with harmless stand-ins for what it names, nothing of it run.
-    needs: list[str] = field(default_factory=list)
+    needs: list[str] = field(default_factory=list)  # what a refused file asks for
 
     @property
     def locations(self) -> set[str]:
@@ -180,8 +151,7 @@ class CheckpointInfo:
 
     @property
     def tensor_bytes(self) -> int:
-        """Bytes of the entries' own elements (a view counts only its elements; a tensor
-        that appears twice counts twice). What the file holds is :attr:`storage_bytes`."""
+        """Bytes of the entries' own elements (a view counts only its elements)."""
         return sum(entry.nbytes for entry in self.entries)
 
     @property
@@ -201,10 +171,7 @@ class CheckpointInfo:
         )
 
     def rows(self, limit: int = 40) -> list[tuple[str, str, str, str, str]]:
-        """(key, shape, dtype, location, storage) as strings, at most ``limit`` of them.
-
-        ``storage`` is the size of the whole storage saved for the tensor, or
-        ``shared`` when an earlier row's storage holds it too."""
+        """(key, shape, dtype, location, storage or 'shared') as strings, at most ``limit``."""
         return [
             (e.key, str(tuple(e.shape)), str(e.dtype).removeprefix("torch."), e.location,
              "shared" if e.shared else format_bytes(e.storage_bytes))
@@ -221,6 +188,17 @@ class CheckpointInfo:
 
 
 _HEADER = ("key", "shape", "dtype", "saved on", "storage saved")
+
+
+def _tag_recorder() -> tuple[dict[int, str], Any]:
+    """Return ({storage: tag}, a map_location callable that fills it, moving nothing)."""
+    tags: dict[int, str] = {}
+
+    def record(storage: torch.UntypedStorage, location: str) -> torch.UntypedStorage:
+        tags[storage._cdata] = location
+        return storage
+
+    return tags, record
 
 
 def _checkpoints_in(folder: Path) -> str:
@@ -343,11 +321,7 @@ def _walk(obj: Any, key: str, seen: set[int], found: list[tuple[str, torch.Tenso
 
 
 class _StandIn:
-    """Stands in for a class or function a refused pickle names: accepts anything, runs nothing.
-
-    Built when the pickle calls or instantiates what it names; keeps the arguments and state
-    it was given, so the tensors inside them can still be listed.
-    """
+    """Stands in for what a refused pickle names: keeps its arguments and state, runs nothing."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._args = args
@@ -362,18 +336,9 @@ def _stand_in(name: str) -> tuple[type, str]:
 
 
 def _refused_contents(path: Path, fmt: str, needs: list[str]) -> CheckpointInfo | None:
-    """The tensors and tags of a refused file, or None when they cannot be read.
-
-    PyTorch's own safe loader (``weights_only=True``) reads it, with every class or function
-    the file names allowlisted as a harmless :class:`_StandIn` (found one refusal at a time,
-    for a legacy file), so none of the file's code is imported or run.
-    """
-    tags: dict[int, str] = {}
-
-    def record(storage: torch.UntypedStorage, location: str) -> torch.UntypedStorage:
-        tags[storage._cdata] = location
-        return storage
-
+    """A refused file's tensors, read by the safe loader with each name it asks for
+    allowlisted as a :class:`_StandIn`; None when they cannot be read."""
+    tags, record = _tag_recorder()
     named = list(needs)
     for _ in range(64):
         try:
@@ -427,7 +392,7 @@ def _where(tensor: torch.Tensor, tags: dict[int, str],
     return tags.get(storage._cdata, "unknown"), storage.nbytes(), shared
 
 
-# --- writing a checkpoint "as if saved on" another device -------------------------------
+# --- writing a checkpoint "as if saved on" another device ---
 
 _PRETEND_LOCATION: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "pretend_location", default=None
@@ -444,15 +409,11 @@ def _no_restore(storage: Any, location: str) -> None:
 
 
 def save_as_if_on(obj: Any, path: str | os.PathLike, location: str) -> Path:
-    """``torch.save(obj, path)``, with every storage tagged ``location`` (e.g. ``'cuda:0'``).
+    """``torch.save(obj, path)`` with every storage tagged ``location``; return ``Path(path)``.
 
-    torch.save records a location tag for each storage, and torch.load moves the data
-    back to that device. This writes the tag a GPU (``'cuda:0'``, ``'cuda:1'``) or a
-    Mac (``'mps'``) would have written, from CPU tensors, so a CPU-only machine can
-    reproduce "saved on a GPU" for real: loading the file without ``map_location``
-    raises PyTorch's genuine error. It uses the public hook for location tags,
-    ``torch.serialization.register_package``, active only inside this call.
-    Returns ``Path(path)``. Introduced in 05_save_load_scenarios.
+    From CPU tensors it writes the tag a GPU (``'cuda:0'``) or a Mac (``'mps'``) writes, so
+    loading it without ``map_location`` raises PyTorch's genuine error on a CPU-only machine
+    (``torch.serialization.register_package``). Introduced in 05_save_load_scenarios.
     """
     global _TAGGER_REGISTERED
     try:
@@ -473,25 +434,19 @@ def save_as_if_on(obj: Any, path: str | os.PathLike, location: str) -> Path:
     return Path(path)
 
 
-# --- atomic save -------------------------------------------------------------------------
-
-
 def _umask() -> int:
-    """The process's umask (reading it means setting it: set it straight back)."""
+    """The process's umask (reading it means setting it)."""
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
 
 
 def save_atomic(obj: Any, path: str | os.PathLike) -> Path:
-    """``torch.save(obj, path)`` that never leaves a partial file under ``path``.
+    """``torch.save(obj, path)`` that never leaves a partial file; return ``Path(path)``.
 
-    Writes to a temporary file in the same folder, flushes and fsyncs it, then
-    ``os.replace``-s it onto ``path`` (atomic on POSIX and Windows) and fsyncs the
-    folder so the new name survives a power cut. If the process dies mid-save, ``path``
-    still holds the previous checkpoint; a stray ``.<name>.*.tmp`` file may remain.
-    The file gets the permissions ``torch.save`` would give it (``0o666`` less the umask).
-    Returns ``Path(path)``. Introduced in 06_training_checkpoints.
+    Writes a temporary file in the same folder, fsyncs it, then ``os.replace``-s it onto
+    ``path``: a save that dies halfway leaves the previous checkpoint. Introduced in
+    06_training_checkpoints.
     """
     path = Path(path)
     folder = path.parent
@@ -524,9 +479,6 @@ def save_atomic(obj: Any, path: str | os.PathLike) -> Path:
     return path
 
 
-# --- prefixes ----------------------------------------------------------------------------
-
-
 def _copy(state_dict: Mapping[str, Any]) -> OrderedDict:
     copied = OrderedDict(state_dict)
     metadata = getattr(state_dict, "_metadata", None)
@@ -538,10 +490,9 @@ def _copy(state_dict: Mapping[str, Any]) -> OrderedDict:
 def strip_prefix(state_dict: Mapping[str, Any], prefix: str = "module.") -> OrderedDict:
     """Return a copy of ``state_dict`` with a leading ``prefix`` removed from each key.
 
-    Only the start of a key changes (``module.encoder.module.w`` becomes
-    ``encoder.module.w``), unlike ``key.replace('module.', '')``; keys without the
-    prefix are kept as they are. The input is not changed. Built on PyTorch's
-    ``consume_prefix_in_state_dict_if_present``. Introduced in 06_training_checkpoints.
+    Only the start changes (``module.encoder.module.w`` -> ``encoder.module.w``), unlike
+    ``key.replace``. Built on ``consume_prefix_in_state_dict_if_present``. Introduced in
+    06_training_checkpoints.
     """
     copied = _copy(state_dict)
     consume_prefix_in_state_dict_if_present(copied, prefix)
@@ -552,12 +503,9 @@ def strip_wrapper_prefixes(state_dict: Mapping[str, Any],
                            target: Any = None) -> OrderedDict:
     """Return a copy of ``state_dict`` without the wrappers' leading prefixes.
 
-    Removes ``module.`` (DataParallel, DistributedDataParallel) and ``_orig_mod.``
-    (torch.compile), as long as every key starts with one. Each wrapper prefix is removed
-    at most once (``_orig_mod.module.fc.weight`` -> ``fc.weight``), so a model whose own
-    layer is called ``module`` keeps it (``module.module.weight`` -> ``module.weight``).
-    ``target`` (a model, a state dict or its keys) makes it stop as soon as the keys
-    match the target's. Introduced in 06_training_checkpoints.
+    Removes ``module.`` (DataParallel, DDP) and ``_orig_mod.`` (torch.compile) while every
+    key starts with one, each at most once; ``target`` (a model, a state dict or its keys)
+    stops it when the keys match. Introduced in 06_training_checkpoints.
     """
     if target is not None and hasattr(target, "state_dict"):
         target = target.state_dict()
@@ -576,23 +524,6 @@ def strip_wrapper_prefixes(state_dict: Mapping[str, Any],
 
 
 def add_prefix(state_dict: Mapping[str, Any], prefix: str = "module.") -> OrderedDict:
-    """Return a copy of ``state_dict`` with ``prefix`` put in front of every key.
-
-    For loading a plain state dict into a wrapped model (DataParallel, DDP).
-    Introduced in 06_training_checkpoints.
-    """
+    """Return a copy of ``state_dict`` with ``prefix`` in front of every key (for a wrapped
+    model). Introduced in 06_training_checkpoints."""
     return OrderedDict((prefix + key, value) for key, value in state_dict.items())
-
-
-__all__ = [
-    "CheckpointError",
-    "CheckpointInfo",
-    "TensorEntry",
-    "UnsafeCheckpointError",
-    "add_prefix",
-    "inspect_checkpoint",
-    "save_as_if_on",
-    "save_atomic",
-    "strip_prefix",
-    "strip_wrapper_prefixes",
-]

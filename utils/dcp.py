@@ -1,16 +1,9 @@
 """Look inside a distributed checkpoint (a ``torch.distributed.checkpoint`` folder) safely.
 
-Introduced in notebook 08_many_devices. ``utils.inspect_checkpoint(folder)`` comes here
-when the folder holds a ``.metadata`` file.
-
-``dcp.save`` writes a folder: ``.metadata`` (a pickle describing every entry) and one
-``__<rank>_<n>.distcp`` data file per rank. The metadata alone says, for each tensor, its
-full shape and dtype and which chunk of it sits in which rank's file, so this reads only
-that one small file: no tensor data is read, and no process group is needed.
-
-The metadata is a pickle, and unpickling can run code. It is read with an unpickler that
-accepts only the classes ``torch.distributed.checkpoint`` writes there (its metadata
-dataclasses, ``torch.Size``, dtypes, paths) and refuses anything else, naming it.
+Introduced in 08_many_devices. ``dcp.save`` writes ``.metadata`` (a pickle saying, per
+tensor, its shape, dtype and which chunk sits in which rank's ``__<rank>_<n>.distcp``
+file) and the data files. Only ``.metadata`` is read, by an unpickler that accepts only
+the classes DCP writes there.
 """
 
 from __future__ import annotations
@@ -32,14 +25,10 @@ from utils.text import format_bytes, table_html, table_text
 def inspect_dcp(folder: str | os.PathLike) -> DcpInfo:
     """Return what the DCP checkpoint in ``folder`` holds, reading only its ``.metadata``.
 
-    For each entry: its key (``model.0.weight``, DCP's flattened name), full shape and
-    dtype, and the chunks that make it up: offsets, sizes, and the file (so the rank)
-    that holds each. Non-tensor items (an epoch number, optimizer hyperparameters) are
-    listed with no shape. ``.files`` gives each data file's size. No tensor data is read,
-    no process group is needed, and no pickled code runs. Raises FileNotFoundError
-    (no folder, or no ``.metadata`` in it), CheckpointError (damaged) and
-    UnsafeCheckpointError (a ``.metadata`` asking for other code). Introduced in
-    08_many_devices.
+    Per entry: key (``model.0.weight``), full shape and dtype, and its chunks (offsets,
+    sizes, the file and so the rank); non-tensor items have no shape. No process group
+    is needed. Raises FileNotFoundError, CheckpointError (damaged) or
+    UnsafeCheckpointError. Introduced in 08_many_devices.
     """
     folder = Path(folder)
     if not folder.is_dir():
@@ -78,7 +67,7 @@ def inspect_dcp(folder: str | os.PathLike) -> DcpInfo:
     return DcpInfo(name=folder.name, files=files, entries=entries)
 
 
-# --- what inspect_dcp is built on, and the other helpers --------------------------------------
+# --- what inspect_dcp is built on, and the other helpers ---
 
 METADATA_FILE = ".metadata"
 _DATA_FILE = re.compile(r"^__(\d+)_(\d+)\.distcp$")
@@ -208,11 +197,6 @@ class DcpInfo:
 _HEADER = ("key", "shape", "dtype", "written by")
 
 
-def is_dcp_folder(path: str | os.PathLike) -> bool:
-    """True when ``path`` is a folder holding a DCP ``.metadata`` file."""
-    return Path(path).is_dir() and (Path(path) / METADATA_FILE).is_file()
-
-
 def _read_metadata(folder: Path) -> Any:
     where = f"{folder.name}/{METADATA_FILE}"
     data = (folder / METADATA_FILE).read_bytes()
@@ -235,7 +219,7 @@ def _read_metadata(folder: Path) -> Any:
                               f"({type(error).__name__}: {error}). Save again.") from None
 
 
-# --- save to a new folder, then switch ---------------------------------------------------
+# --- save to a new folder, then switch ---
 
 LATEST_FILE = "latest"
 
@@ -243,12 +227,9 @@ LATEST_FILE = "latest"
 def save_and_switch(state_dict: dict, root: str | os.PathLike, step: int, **save_options) -> Path:
     """``dcp.save`` into ``root/step_<step>``, then point ``root/latest`` at it; return the folder.
 
-    The pointer is a one-line text file, replaced atomically (written to a temporary file,
-    fsynced, then ``os.replace``-d), and only after ``dcp.save`` has returned, that is after
-    the folder's ``.metadata`` is written. A save that dies halfway leaves ``latest``
-    naming the previous complete folder. In a job with several processes every rank calls
-    this: all of them save, and only rank 0 switches the pointer, then all wait at a
-    barrier. ``save_options`` go to ``dcp.save``. Introduced in 08_many_devices.
+    The pointer (a one-line file) is replaced atomically only after ``dcp.save`` returned,
+    so a save that dies halfway leaves ``latest`` naming the previous complete folder.
+    Every rank calls it; rank 0 switches the pointer. Introduced in 08_many_devices.
     """
     import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
@@ -271,10 +252,7 @@ def save_and_switch(state_dict: dict, root: str | os.PathLike, step: int, **save
 
 
 def latest(root: str | os.PathLike) -> Path | None:
-    """The folder ``root/latest`` names (the last complete save), or None before any save.
-
-    Introduced in 08_many_devices, with :func:`save_and_switch`.
-    """
+    """Return the folder ``root/latest`` names, or None before any save (08_many_devices)."""
     pointer = Path(root) / LATEST_FILE
     if not pointer.is_file():
         return None
@@ -285,17 +263,15 @@ def latest(root: str | os.PathLike) -> Path | None:
     return Path(root) / name
 
 
-# --- a picture of the shards --------------------------------------------------------------
+# --- a picture of the shards ---
 
 _RANK_COLOURS = ("#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860",
                  "#DA8BC3", "#8C8C8C")
 
 
 def shard_figure(infos: list[DcpInfo], titles: list[str] | None = None):
-    """Return a matplotlib Figure: for each checkpoint, which rank holds which rows of each tensor.
+    """Return a Figure: per :class:`DcpInfo`, which rank holds which rows of each tensor.
 
-    One panel per :class:`DcpInfo` (from :func:`inspect_dcp`), one bar per tensor, split
-    along its first dimension and coloured by the rank whose file holds that piece.
     Introduced in 08_many_devices.
     """
     import matplotlib.pyplot as plt
@@ -335,7 +311,3 @@ def shard_figure(infos: list[DcpInfo], titles: list[str] | None = None):
 def _rank_of(file: str) -> int | None:
     found = _DATA_FILE.match(file)
     return int(found.group(1)) if found else None
-
-
-__all__ = ["Chunk", "DcpEntry", "DcpInfo", "inspect_dcp", "is_dcp_folder", "latest",
-           "save_and_switch", "shard_figure"]

@@ -1,12 +1,7 @@
 """Devices: pick one, name a second one, check a device string, report the machine.
 
-Introduced in notebook 00_devices; every later notebook's setup cell uses
-``pick_device`` and ``environment_report``.
-
-The choice is PyTorch's own: ``torch.accelerator.current_accelerator(check_available=True)``,
-the accelerator this torch was built for (cuda, mps, xpu, ...) if this machine can use it,
-else the CPU. Set the environment variable ``LESSONS_DEVICE`` (for example
-``LESSONS_DEVICE=cpu``) to override the choice for a whole class or a test run.
+Introduced in 00_devices; every setup cell uses ``pick_device`` and ``environment_report``.
+``LESSONS_DEVICE=cpu`` (any device) overrides the choice for a class or a test run.
 """
 
 from __future__ import annotations
@@ -54,11 +49,8 @@ _NO_MPS_BUILT = "this torch is built without MPS"
 _NO_XPU_BUILT = "this torch is built without XPU"
 _NO_XPU = "XPU build, but no Intel GPU found"
 
-#: What PyTorch says when code asks for a device this machine cannot use: a phrase of the
-#: message, the device type it concerns, and the learner's case it reveals. The phrases are
-#: PyTorch's own (torch/cuda/__init__.py, c10/cuda/CUDAFunctions.cpp, c10/xpu/XPUFunctions.cpp,
-#: aten/src/ATen/mps/EmptyTensor.cpp, the CUDA runtime's error strings); they are matched
-#: ignoring case, because PyTorch has changed their capitals between releases.
+#: PyTorch's own phrases when code asks for a device this machine cannot use: (phrase,
+#: device type, the learner's case). Matched ignoring case (capitals changed between releases).
 NO_DEVICE_MESSAGES: tuple[tuple[str, str, str], ...] = (
     # a CPU-only (or Mac) build: CUDA is not compiled in
     ("Torch not compiled with CUDA enabled", "cuda", _NO_CUDA_BUILT),
@@ -110,8 +102,7 @@ def _count(device_type: str) -> int:
 def available_devices() -> list[str]:
     """Return the real devices of this machine, e.g. ``['cuda:0', 'cuda:1', 'cpu']``.
 
-    Accelerators come first, in :data:`ACCELERATOR_ORDER`; ``'cpu'`` is always
-    last. ``meta`` is left out: it holds no data. Introduced in 00_devices.
+    Accelerators first, ``'cpu'`` last, no ``meta``. Introduced in 00_devices.
     """
     names = []
     for device_type in ACCELERATOR_ORDER:
@@ -146,10 +137,9 @@ def _suggestion(word: str) -> str | None:
 def parse_device(spec: str | torch.device | int) -> torch.device:
     """Return ``torch.device(spec)`` after checking this machine has that device.
 
-    Raises ``ValueError`` for a string PyTorch cannot parse (with a suggestion:
-    ``'gpu'`` -> ``'cuda'``) and :class:`DeviceNotAvailableError` for a device
-    this machine does not have (listing the ones it does). ``meta`` is always
-    available. Introduced in 00_devices.
+    Raises ``ValueError`` for a string PyTorch cannot parse (suggesting ``'cuda'`` for
+    ``'gpu'``) and :class:`DeviceNotAvailableError` for a device this machine lacks.
+    Introduced in 00_devices.
     """
     if isinstance(spec, torch.device):
         device = spec
@@ -199,14 +189,11 @@ def _indexed(device_type: str) -> torch.device:
 
 
 def pick_device() -> torch.device:
-    """Return the device the lessons run on.
+    """Return the device the lessons run on: ``LESSONS_DEVICE`` if set, else the accelerator.
 
-    If ``LESSONS_DEVICE`` is set, that device (checked with :func:`parse_device`);
-    otherwise the accelerator ``torch.accelerator.current_accelerator(check_available=True)``
-    names (the one this torch is built for, when this machine can use it), else cpu.
-    Accelerators come back with their index (``cuda:0``, ``mps:0``), because that is
-    what ``tensor.device`` reports, so ``tensor.device == pick_device()`` works.
-    Introduced in 00_devices.
+    The accelerator is ``torch.accelerator.current_accelerator(check_available=True)``, else
+    cpu; it comes with its index (``cuda:0``), as ``tensor.device`` reports it. Introduced
+    in 00_devices.
     """
     override = os.environ.get(DEVICE_ENV_VAR, "").strip()
     if override:
@@ -229,24 +216,17 @@ def pick_device() -> torch.device:
 
 
 def is_accelerator(device: str | torch.device) -> bool:
-    """True when ``device`` is a real accelerator (cuda, mps, xpu), not cpu or meta.
-
-    Introduced in 00_devices.
-    """
+    """True for a real accelerator (cuda, mps, xpu), not cpu or meta. Introduced in 00_devices."""
     kind = torch.device(device).type
     built_for = torch.accelerator.current_accelerator()
     return kind in ACCELERATOR_ORDER or (built_for is not None and kind == built_for.type)
 
 
 def second_device(device: str | torch.device | None = None) -> torch.device:
-    """Return a device other than the CPU for lessons that move tensors between two.
+    """Return a device other than the CPU: ``device`` (default: :func:`pick_device`) when it
+    is an accelerator, otherwise ``meta`` (shapes and dtypes, no data).
 
-    ``device`` (default: :func:`pick_device`) when it is an accelerator; otherwise
-    ``meta``, a device with shapes and dtypes but no data. Meta is faithful for
-    where tensors end up (what moves, what is returned, what stays behind) but it
-    is not a GPU: it computes nothing, some mixed cpu/meta operations succeed where
-    a GPU raises, and moving to meta replaces Parameter objects where a GPU keeps
-    them. Say which one you got with :func:`describe_device`.
+    Meta is faithful for where tensors end up, but it is not a GPU: it computes nothing.
     Introduced in 00_devices; used from 01_tensor_to on.
     """
     device = pick_device() if device is None else parse_device(device)
@@ -265,17 +245,9 @@ def _no_device_case(error: BaseException | str) -> tuple[str, str] | None:
 def unusable_device(error: BaseException | str) -> str | None:
     """Return the device type (``'cuda'``, ``'mps'``, ``'xpu'``) that ``error`` says is missing.
 
-    ``error`` is an exception, or its message, raised by code that asked for a device:
-    typically a learner's hard-coded ``.cuda()`` or ``'cuda'``. Returns None when the
-    error is about something else. Asks torch first: only a device type this machine
-    really cannot use (``torch.cuda.is_available()`` and its MPS and XPU twins are False)
-    is considered, and then PyTorch's message must be one of its forms for that type in
-    :data:`NO_DEVICE_MESSAGES`: a CPU-only build ("Torch not compiled with CUDA enabled"),
-    a CUDA build without a driver ("Found no NVIDIA driver on your system"), a driver
-    without a usable GPU ("No CUDA GPUs are available"), MPS or XPU asked for where they
-    are missing. So a CUDA error on a machine with a working GPU is never mistaken for
-    "no CUDA here". Introduced in lab 02_copy_pitfall (its check of ``.cuda()``); lab 04's
-    checks use it too.
+    ``error`` (an exception or its message) counts only when this machine really lacks
+    that type and the message is one of :data:`NO_DEVICE_MESSAGES`; otherwise None.
+    Introduced in lab 02_copy_pitfall (its check of ``.cuda()``); lab 04 uses it too.
     """
     found = _no_device_case(error)
     if found is None or _count(found[0]):
@@ -284,19 +256,15 @@ def unusable_device(error: BaseException | str) -> str | None:
 
 
 def _nvidia_driver_present() -> bool:
-    """True when the Linux NVIDIA kernel driver is loaded (its /proc entry exists)."""
+    """True when the Linux NVIDIA kernel driver is loaded."""
     return os.path.exists("/proc/driver/nvidia/version")
 
 
 def why_no_cuda() -> str | None:
     """Return why this machine cannot use CUDA, as one phrase, or None when it can.
 
-    Asks torch: ``torch.cuda.is_available()``, then ``torch.backends.cuda.is_built()``
-    (and ``torch.version.hip`` for ROCm builds), and, for a CUDA build that cannot
-    start, ``torch.cuda.init()``'s own error, sorted into the cases of
-    :data:`NO_DEVICE_MESSAGES`. For example "this torch is a CPU-only build" or
-    "CUDA build, but no NVIDIA driver found". Introduced in 00_devices (the
-    environment report's CUDA line).
+    E.g. "this torch is a CPU-only build" or "CUDA build, but no NVIDIA driver found".
+    Introduced in 00_devices (the environment report's CUDA line).
     """
     if _count("cuda"):
         return None
@@ -321,10 +289,7 @@ def why_no_cuda() -> str | None:
 
 
 def describe_device(device: str | torch.device) -> str:
-    """Return one line saying what ``device`` is, for notebook output.
-
-    Introduced in 00_devices.
-    """
+    """Return one line saying what ``device`` is, for notebook output (00_devices)."""
     device = torch.device(device)
     if device.type == "meta":
         return (
@@ -354,12 +319,8 @@ def _version(package: str) -> str:
 def environment_report() -> str:
     """Return a short text report of this machine for a notebook's setup cell.
 
-    Lines: Python, torch (and its CUDA build), CUDA / MPS / XPU availability with
-    device names, or the learner's case when one is missing (e.g. "CUDA build, but
-    no NVIDIA driver found: lessons use the CPU", from :func:`why_no_cuda`), the
-    picked and second device, ipywidgets and matplotlib versions, and what is
-    missing for the GPU-only lessons.
-    Introduced in 00_devices.
+    Python, torch, CUDA / MPS / XPU (or why not), the picked and second device, ipywidgets
+    and matplotlib. Introduced in 00_devices.
     """
     override = os.environ.get(DEVICE_ENV_VAR, "").strip()
     picked = pick_device()

@@ -1,21 +1,8 @@
-"""Many processes: the preamble every worker script shares, and a launcher for notebooks.
+"""Many processes: a launcher for notebooks, and the preamble every worker script shares.
 
-Introduced in notebook 08_many_devices.
-
-A worker script (run by ``torchrun``) starts with :func:`process_group`::
-
-    with utils.process_group() as me:       # init, pick backend and device; destroy at the end
-        print(me.rank, me.world_size, me.device)
-
-It reads the variables torchrun sets (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``...), picks
-``nccl`` and ``cuda:LOCAL_RANK`` where there are GPUs (calling ``torch.cuda.set_device``
-before anything touches CUDA) and ``gloo`` and the CPU elsewhere, and always ends with
-``destroy_process_group``. The plain-PyTorch lines it stands for are in notebook 08's
-"In your own code".
-
-A notebook starts the workers with :func:`torchrun`: the real launcher
-(``python -m torch.distributed.run``), a timeout, and each rank's output printed under
-its rank, in rank order.
+Introduced in 08_many_devices. A notebook starts workers with :func:`torchrun`; a worker
+script starts with ``with utils.process_group() as me:`` (the plain-PyTorch lines it stands
+for are in notebook 08's "In your own code").
 """
 
 from __future__ import annotations
@@ -43,15 +30,10 @@ def torchrun(script: str | os.PathLike, nproc: int = 2, args: Sequence[str] = ()
              quiet: bool = False) -> dict[int, str]:
     """Run ``torchrun --standalone --nproc_per_node=nproc script args``; return each rank's output.
 
-    It is the real launcher, ``python -m torch.distributed.run`` from this Python (the
-    same as the ``torchrun`` command), with a free port chosen by its standalone
-    rendezvous. Each rank's stdout is printed under ``[rank N]``, rank 0 first, once all
-    have finished (so the output does not depend on which process printed first);
-    ``show_stderr`` prints their stderr too. Returns ``{rank: stdout}``.
-
-    A rank that fails raises :class:`WorkerFailed` showing that rank's traceback; a launch
-    still running after ``timeout_s`` seconds is killed, workers included, and raises
-    TimeoutError naming the ranks that had not finished. Introduced in 08_many_devices.
+    It is ``python -m torch.distributed.run`` from this Python. Once all ranks finished,
+    each rank's stdout is printed under ``[rank N]``, in rank order. A failed rank raises
+    :class:`WorkerFailed` with its traceback; after ``timeout_s`` the launch is killed and
+    raises TimeoutError. Returns ``{rank: stdout}``. Introduced in 08_many_devices.
     """
     script = Path(script)
     if not script.is_file():
@@ -94,12 +76,9 @@ def torchrun(script: str | os.PathLike, nproc: int = 2, args: Sequence[str] = ()
 def process_group(timeout_s: float = 60.0) -> Iterator[Worker]:
     """Join the job torchrun started; yield a :class:`Worker`; always leave it cleanly.
 
-    Picks the backend and device with :func:`backend_and_device` (``set_device`` first
-    on GPUs), calls ``init_process_group`` with a ``timeout_s`` so that a collective one
-    rank never reaches fails instead of hanging forever; at the end of the block every
-    rank meets at a barrier, so none tears down while another is still communicating,
-    and ``destroy_process_group`` runs on the way out, error or not. Raises RuntimeError, saying
-    how to launch it, when the torchrun variables are missing. Introduced in 08_many_devices.
+    Backend and device from :func:`backend_and_device`; ``init_process_group`` with a
+    timeout (a collective one rank never reaches fails instead of hanging); a barrier at
+    the end of the block, then ``destroy_process_group``. Introduced in 08_many_devices.
     """
     import torch.distributed as dist
 
@@ -116,7 +95,7 @@ def process_group(timeout_s: float = 60.0) -> Iterator[Worker]:
     _exit_without_native_teardown()
 
 
-# --- what torchrun and process_group are built on ---------------------------------------------
+# --- what torchrun and process_group are built on ---
 
 #: The variables torchrun sets for every worker (and that process_group needs).
 TORCHRUN_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
@@ -137,11 +116,7 @@ class WorkerFailed(RuntimeError):
 
 
 def _wants_cuda() -> bool:
-    """CUDA when there is one GPU per local process, unless LESSONS_DEVICE says otherwise.
-
-    With fewer GPUs than processes on this machine (Colab's one GPU and 2 processes), the
-    processes use gloo and the CPU rather than fail.
-    """
+    """CUDA when there is one GPU per local process, unless LESSONS_DEVICE says otherwise."""
     forced = os.environ.get("LESSONS_DEVICE", "").strip()
     if forced and not forced.startswith("cuda"):
         return False
@@ -152,16 +127,10 @@ def _wants_cuda() -> bool:
 
 
 def backend_and_device(local_rank: int) -> tuple[str, torch.device]:
-    """Return ``("nccl", cuda:local_rank)`` on a GPU machine, else ``("gloo", cpu)``.
+    """Return ``("nccl", cuda:local_rank)`` with one GPU per local process, else ``("gloo", cpu)``.
 
-    A GPU machine here means one GPU per process on this machine (``LOCAL_WORLD_SIZE``,
-    set by torchrun, at most ``torch.cuda.device_count()``); with fewer GPUs the processes
-    use gloo and the CPU.
-
-    On a GPU machine it calls ``torch.cuda.set_device(local_rank)`` first, before anything
-    else touches CUDA, so this process's default GPU (and NCCL's) is its own. The index is
-    the *local* rank: the global rank is not a GPU index once there are several machines.
-    ``LESSONS_DEVICE=cpu`` forces gloo and the CPU. Introduced in 08_many_devices.
+    On GPUs it calls ``torch.cuda.set_device(local_rank)`` first: the *local* rank, not the
+    global one, is a GPU index. Introduced in 08_many_devices.
     """
     if not _wants_cuda():
         return "gloo", torch.device("cpu")
@@ -191,15 +160,10 @@ _FAILED: list[bool] = []
 
 
 def _exit_without_native_teardown() -> None:
-    """Make this process end right after Python's own exit steps, skipping native teardown.
+    """End this process with ``os._exit`` after Python's exit steps (1 after an uncaught error).
 
-    With gloo, a worker that has used a device mesh and DCP sometimes aborts in C++
-    teardown after all its work is done ("terminate called without an active
-    exception", signal 6), which the launcher then reports as a failed rank. This
-    registers an atexit handler that flushes the output and calls ``os._exit``: status
-    1 if an exception reached the top level (noted by a wrapped ``sys.excepthook``),
-    else 0. atexit handlers the script registers afterwards still run (last registered,
-    first run); a ``sys.exit(code)`` after the block ends with 0 instead of ``code``.
+    With gloo, a worker that used a device mesh and DCP sometimes aborts in C++ teardown
+    after its work is done, which the launcher reports as a failed rank.
     """
     if _FAILED:  # already installed in this process
         return
@@ -222,12 +186,9 @@ def _exit_without_native_teardown() -> None:
 
 @contextlib.contextmanager
 def child_stderr() -> Iterator[io.StringIO]:
-    """Collect what child processes write to stderr inside the block; yield a StringIO.
+    """Collect what child processes write to file descriptor 2 in the block; yield a StringIO.
 
-    A child process writes its errors to file descriptor 2, which a notebook does not
-    show in the cell (or shows with machine paths in it). This points descriptor 2 at a
-    temporary file for the duration of the block and puts what arrived into the yielded
-    StringIO when the block ends. Introduced in 08_many_devices (the spawn error).
+    A notebook does not show a child's stderr in the cell. Introduced in 08_many_devices.
     """
     collected = io.StringIO()
     sys.stderr.flush()
@@ -243,7 +204,7 @@ def child_stderr() -> Iterator[io.StringIO]:
             collected.write(landing.read().decode(errors="replace"))
 
 
-# --- the launcher ------------------------------------------------------------------------
+# --- the launcher ---
 
 _TRACEBACK = "Traceback (most recent call last):"
 
@@ -315,11 +276,8 @@ def _print_ranks(logs: dict[int, tuple[str, str]], show_stderr: bool) -> None:
 
 def _failure(name: str, logs: dict[int, tuple[str, str]], launcher_output: str,
              returncode: int) -> str:
-    """The message of WorkerFailed: the rank(s) that failed first, each with its traceback.
-
-    A rank whose only error is gloo's "connection closed by peer" failed because another
-    rank had died: it is listed after the cause, in one line.
-    """
+    """WorkerFailed's message: the rank(s) that failed first with their tracebacks, then,
+    in one line each, those that failed only because a partner had gone."""
     failed = [(rank, _last_traceback(err)) for rank, (_out, err) in sorted(logs.items())
               if _last_traceback(err)]
     causes = [(r, t) for r, t in failed if not any(p in t.splitlines()[-1] for p in _PEER_GONE)]
@@ -339,14 +297,3 @@ def _failure(name: str, logs: dict[int, tuple[str, str]], launcher_output: str,
     return (f"{name}: torchrun exited with status {returncode} and no rank printed a "
             f"traceback (a rank killed by a signal, or the launcher itself failed):\n{said}"
             + "".join(f"\n\n{tail}" for tail in tails))
-
-
-__all__ = [
-    "TORCHRUN_VARIABLES",
-    "Worker",
-    "WorkerFailed",
-    "backend_and_device",
-    "child_stderr",
-    "process_group",
-    "torchrun",
-]

@@ -1,7 +1,4 @@
-"""The errors the checkpoint helpers raise (utils.checkpoints, utils.dcp).
-
-Introduced in 05_save_load_scenarios, where ``inspect_checkpoint`` refuses a file.
-"""
+"""The errors the checkpoint helpers raise (utils.checkpoints, utils.dcp); from 05."""
 
 from __future__ import annotations
 
@@ -15,9 +12,7 @@ class CheckpointError(ValueError):
 class UnsafeCheckpointError(CheckpointError):
     """A checkpoint whose pickle asks for code that ``weights_only=True`` refuses to run.
 
-    ``needs`` lists what it asks for (``module.name``); ``info`` is a CheckpointInfo of its
-    tensors and location tags, read from the pickle's opcodes without running anything (None
-    when they could not be followed).
+    ``needs``: what it asks for; ``info``: a CheckpointInfo of its tensors, or None.
     """
 
     def __init__(self, message: str, needs: list[str] | None = None, info: Any = None) -> None:

@@ -16,8 +16,7 @@ from utils.text import table_text
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-# matplotlib is imported inside the functions that draw: most processes that import utils
-# (torchrun workers, most notebooks) never draw, and pyplot costs about 0.4 s to import.
+# matplotlib is imported where a function draws: pyplot costs about 0.4 s to import.
 
 _DEVICE_COLOURS = {"cpu": "#cfe2f3", "cuda": "#d9ead3", "mps": "#fce5cd", "xpu": "#ead1dc"}
 _META_COLOUR = "#eeeeee"
@@ -34,12 +33,9 @@ def _memory_label(tensor: torch.Tensor, blocks: dict[tuple[str, int], str]) -> s
 
 
 def names_and_tensors(named: dict[str, torch.Tensor], title: str) -> Figure:
-    """Draw each name in ``named`` with an arrow to the tensor object it refers to.
+    """Return a Figure: each name in ``named`` with an arrow to the tensor object it names.
 
-    Names bound to the same object point at one box; each box shows the tensor's
-    device, dtype and a letter for its memory block (never a raw address), so
-    shared memory is visible too. Returns the matplotlib Figure (also displayed
-    by Jupyter). Introduced in 01_tensor_to.
+    Each box shows device, dtype and a letter for its memory block. Introduced in 01_tensor_to.
     """
     if not named or not all(isinstance(t, torch.Tensor) for t in named.values()):
         raise TypeError("names_and_tensors expects a non-empty dict of name -> torch.Tensor")
@@ -95,12 +91,8 @@ _OUTCOME_COLOURS = {"ok": "#d9ead3", "error": "#f4cccc", "not run": "#eeeeee"}
 def scenario_matrix(
     outcomes: dict[tuple[str, str], str], rows: list[str], columns: list[str], title: str
 ) -> Figure:
-    """Draw a saved-on x loaded-on grid; each cell shows what happened when it was run.
-
-    ``outcomes[(row, column)]`` is the text for a cell: text starting with ``loads``
-    is green (it worked), ``RuntimeError...`` red, anything else grey (not run on this
-    machine). Returns the matplotlib Figure. Introduced in 05_save_load_scenarios.
-    """
+    """Return a Figure: a saved-on x loaded-on grid of ``outcomes[(row, column)]`` texts,
+    green for ``loads...``, red for ``RuntimeError...``, else grey."""
     import matplotlib.pyplot as plt
 
     figure, axes = plt.subplots(figsize=(2.3 * len(columns) + 1.6, 1.1 * len(rows) + 1.4))
@@ -133,11 +125,7 @@ LOAD_CASES: tuple[tuple[str, str | None], ...] = (
 
 
 def load_outcome(path: str | os.PathLike, map_location: str | None) -> str:
-    """Load the state dict at ``path`` for real; return the text of one matrix cell.
-
-    ``loads, tensors on <device>`` or ``RuntimeError:`` and the start of PyTorch's
-    message, wrapped to fit a cell. Introduced in 05_save_load_scenarios.
-    """
+    """Load the state dict at ``path`` for real; return one matrix cell's text."""
     try:
         state = torch.load(path, map_location=map_location)
     except RuntimeError as error:
@@ -148,12 +136,8 @@ def load_outcome(path: str | os.PathLike, map_location: str | None) -> str:
 def run_load_cases(
     files: dict[str, str | os.PathLike], has_gpu: bool
 ) -> dict[tuple[str, str, str | None], str]:
-    """Load each file in each of :data:`LOAD_CASES` that this machine can run.
-
-    Returns ``{(saved on, loaded on, map_location): cell text}``; a case that needs
-    another kind of machine gets ``not run here: needs ...``. Introduced in
-    05_save_load_scenarios.
-    """
+    """Return ``{(saved on, loaded on, map_location): cell text}`` for each of
+    :data:`LOAD_CASES` this machine can run. Introduced in 05_save_load_scenarios."""
     outcomes = {}
     for saved_on, path in files.items():
         for loaded_on, map_location in LOAD_CASES:
@@ -165,10 +149,7 @@ def run_load_cases(
 
 
 def load_matrix(outcomes: dict[tuple[str, str, str | None], str], title: str) -> Figure:
-    """Draw :func:`run_load_cases`' outcomes with :func:`scenario_matrix`; return the Figure.
-
-    Introduced in 05_save_load_scenarios.
-    """
+    """Return the Figure of :func:`run_load_cases`' outcomes (05_save_load_scenarios)."""
     def label(loaded_on: str, map_location: str | None) -> str:
         how = "no map_location" if map_location is None else f"map_location={map_location!r}"
         return f"{loaded_on}\n{how}"

@@ -1,24 +1,10 @@
 """What a training step keeps in memory, per part, computed on the meta device.
 
-Introduced in 07_moving_data_fast. :func:`footprint` runs one step (forward, backward,
-optimizer step) of a copy of your model on ``meta``, where tensors have shapes and dtypes
-but no data, so it answers "will this fit on a 16 GB GPU?" for a 7-billion-parameter model
-on a laptop, in seconds. It counts, in bytes:
-
-- ``parameters`` and ``buffers`` (a weight shared by two layers counts once);
-- ``gradients``: one per parameter that requires grad;
-- ``optimizer_state``: what the optimizer keeps on the model's device after its first step
-  (Adam: two tensors per parameter; SGD without momentum: nothing). Step counters that
-  PyTorch keeps on the CPU are not counted;
-- ``activations``: the tensors autograd saves for the backward pass
-  (``torch.autograd.graph.saved_tensors_hooks``), each storage once, leaving out the
-  parameters and the inputs, which are counted already;
-- ``inputs``: the batch.
-
-What it leaves out: temporaries that live for one operation (Adam's ``foreach`` version,
-the default on GPUs, briefly holds about one more copy of the parameters; ``foreach=False``
-or ``fused=True`` avoid it), the CUDA context and cuBLAS workspaces, and the caching
-allocator's rounding and reserve.
+Introduced in 07_moving_data_fast. :func:`footprint` runs one step of a meta copy of your
+model, so "will this fit on a 16 GB GPU?" is answered on a laptop. It counts parameters
+and buffers, gradients, optimizer state (on the model's device), activations (what
+autograd saves for backward, each storage once) and inputs. Not counted: one-operation
+temporaries, the CUDA context and workspaces, the caching allocator's reserve.
 """
 
 from __future__ import annotations
@@ -39,14 +25,10 @@ def footprint(model: nn.Module, inputs: torch.Tensor | tuple, *,
               dtype: torch.dtype | None = None) -> Footprint:
     """Return the :class:`Footprint` of one training step of ``model`` on ``inputs``.
 
-    The step runs on a meta copy of ``model`` (build big models with
-    ``with torch.device("meta"):``; a model with real weights is copied to meta without
-    copying data). ``inputs``: a tensor or a tuple of tensors, any device, passed to the
-    model. ``optimizer``: a ``torch.optim`` class (default Adam), a function of the
-    parameters that builds one, or None for no step. ``loss``: a function of the output
-    (default: its sum). ``training=False`` runs the forward pass under ``torch.no_grad()``
-    (inference: nothing saved, no gradients). ``dtype`` casts the model copy first (e.g.
-    ``torch.bfloat16``). Introduced in 07_moving_data_fast.
+    ``inputs``: a tensor or tuple of tensors. ``optimizer``: a ``torch.optim`` class, a
+    function of the parameters, or None. ``loss``: a function of the output (default: its
+    sum). ``training=False``: forward under ``no_grad``. ``dtype`` casts the copy first.
+    Introduced in 07_moving_data_fast.
     """
     _check_model(model)
     _check_optimizer(optimizer)
@@ -89,17 +71,14 @@ def footprint(model: nn.Module, inputs: torch.Tensor | tuple, *,
                      inputs=_unique_bytes(meta_batch))
 
 
-# --- what footprint is built on ---------------------------------------------------------------
+# --- what footprint is built on ---
 
 PARTS = ("parameters", "buffers", "gradients", "optimizer_state", "activations", "inputs")
 
 
 @dataclass(frozen=True)
 class Footprint:
-    """Bytes per part of one training step; ``total`` is their sum.
-
-    Introduced in 07_moving_data_fast.
-    """
+    """Bytes per part of one training step; ``total`` is their sum (07_moving_data_fast)."""
 
     parameters: int
     buffers: int

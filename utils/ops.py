@@ -1,9 +1,4 @@
-"""Which low-level operations a line of PyTorch code runs.
-
-Introduced in notebook 01_tensor_to, to show that ``.to`` does no work when
-nothing changes, and that create-then-move runs one more operation than
-creating on the device.
-"""
+"""Which low-level operations a line of PyTorch code runs. Introduced in 01_tensor_to."""
 
 from __future__ import annotations
 

@@ -1,11 +1,7 @@
 """Placement: where every tensor of a module lives, and which ones ``Module.to`` leaves behind.
 
-Introduced in notebook 03_module_to; notebook 04_cross_device_errors uses :func:`audit`
-to catch each cause of a cross-device error before the model runs.
-
-Nothing here copies, moves or reads tensor data: only ``.device``, ``.dtype`` and
-``.shape`` are looked at, so a 44M-parameter model is audited in milliseconds, and a
-model on ``meta`` (no data at all) works as well as one on a GPU.
+Introduced in 03_module_to; 04_cross_device_errors uses :func:`audit`. Only ``.device``,
+``.dtype`` and ``.shape`` are read (never the data), so a model on ``meta`` works too.
 """
 
 from __future__ import annotations
@@ -28,27 +24,13 @@ if TYPE_CHECKING:  # matplotlib itself is imported by placement_figure, the one 
 def where(obj: nn.Module | torch.Tensor | dict | list | tuple) -> PlacementTable:
     """Return a table of every tensor reachable from ``obj``: name, kind, device, dtype, shape.
 
-    ``obj`` is a module, a tensor, or a dict/list/tuple of them. For a module the
-    table lists its parameters, buffers (persistent or not), plain tensor
-    attributes, tensors in list/tuple/set/dict attributes and the tensors of
-    modules kept only in such a container, each with whether ``Module.to`` moves
-    it. Rows come per module: parameters, buffers, submodules, then what ``.to``
-    does not see (PyTorch keeps these in separate dicts, so the order they were
-    set in ``__init__`` is not recoverable). Names are dotted paths (``heads.0.weight``).
-
-    Same objects: a module that is registered and also kept in a plain list is
-    listed once, under its registered name. A tensor in a container that is a
-    registered *parameter* (``nn.LSTM._flat_weights``) is marked as such and
-    moved: on a GPU ``Module.to`` swaps a parameter's data in place (on ``meta``
-    it replaces the parameter, so there the list keeps the old one). A tensor in a
-    container that is a registered *buffer* is left behind: ``Module.to`` always
-    replaces buffer objects. A buffer shared by two modules becomes two tensors
-    after ``.to``; the table does not flag that. ``weight`` under weight_norm,
-    spectral_norm or pruning is rebuilt before each forward (kind
-    :data:`RECOMPUTED`). Tensors inside other objects (dataclasses, custom
-    classes) are not looked into. Containers are walked once, so cycles are safe.
-    The table prints as text and shows as an HTML table in a notebook; it is a
-    list of :class:`Placement`. Introduced in 03_module_to.
+    ``obj`` is a module, a tensor, or a dict/list/tuple of them. For a module: its
+    parameters, buffers, plain tensor attributes, tensors in list/tuple/set/dict
+    attributes and modules kept only in such a container, each with whether
+    ``Module.to`` moves it; names are dotted paths (``heads.0.weight``). A tensor that
+    is the same object as a registered parameter (``nn.LSTM._flat_weights``) is moved;
+    one that is a registered buffer is left behind (``.to`` replaces buffers).
+    Introduced in 03_module_to.
     """
     if not isinstance(obj, (nn.Module, torch.Tensor, dict, list, tuple)):
         raise TypeError(
@@ -61,22 +43,10 @@ def where(obj: nn.Module | torch.Tensor | dict | list | tuple) -> PlacementTable
 def audit(module: nn.Module, device: str | torch.device) -> Findings:
     """Return the findings for ``module`` and ``device``: tensors not on ``device`` after ``.to``.
 
-    One :class:`Finding` per tensor that ``module.to(device)`` would leave elsewhere
-    (plain tensor attributes, tensors in lists/dicts, tensors of modules in a plain
-    list/dict) or that is registered but not on ``device`` yet. An empty list
-    means clean. Each finding's ``str()`` names the dotted path, why, and the fix.
-
-    ``device`` may be any device PyTorch can parse, including ``meta`` and devices
-    this machine lacks: the audit only reads ``.device``, never copies or allocates,
-    so ``audit(model, 'cuda')`` on a laptop finds what a GPU machine would trip on.
-    A bare ``'cuda'`` means the current CUDA device (``cuda:0`` when none is
-    visible), which is where ``.to('cuda')`` puts tensors; ``'cpu:0'`` means the CPU.
-    Tensors in containers that are the same objects as registered parameters
-    (``nn.LSTM._flat_weights``) are not findings; the same objects as registered
-    buffers are (``.to`` replaces buffers). A ``weight`` rebuilt by weight_norm,
-    spectral_norm or pruning before each forward is not a finding. See
-    :func:`where` for what is looked into. Introduced in 03_module_to; used throughout
-    04_cross_device_errors.
+    One :class:`Finding` (path, why, fix) per tensor that ``module.to(device)`` would
+    leave elsewhere, or that is registered but not moved yet; empty means clean.
+    ``device`` may be one this machine lacks (``audit(model, 'cuda')`` on a laptop):
+    only ``.device`` is read. Introduced in 03_module_to; used in 04_cross_device_errors.
     """
     if not isinstance(module, nn.Module):
         hint = " To check a tensor, compare tensor.device." if isinstance(
@@ -105,7 +75,7 @@ def audit(module: nn.Module, device: str | torch.device) -> Findings:
     return findings
 
 
-# --- what where and audit are built on -------------------------------------------------------
+# --- what where and audit are built on ---
 
 #: Kinds of tensor that ``Module.to`` moves (they are registered on a registered module).
 PARAMETER = "parameter"
@@ -123,7 +93,6 @@ RECOMPUTED = "plain attribute, recomputed before each forward from a registered 
 #: A tensor passed to :func:`where` directly, not found inside a module.
 LOOSE = "tensor"
 
-_MOVED_KINDS = (PARAMETER, BUFFER, NON_PERSISTENT_BUFFER)
 _CONTAINER_KINDS = {None: TENSOR_ATTRIBUTE, "list": IN_LIST, "tuple": IN_TUPLE, "set": IN_SET,
                     "dict": IN_DICT}
 # Attributes every nn.Module has; anything else in a module's __dict__ was set by its author.
@@ -133,11 +102,9 @@ _MAX_DEPTH = 6  # how deep into nested lists/dicts to look for tensors
 
 @dataclass(frozen=True)
 class Placement:
-    """One tensor reachable from an object: where it is and whether ``Module.to`` moves it.
+    """One tensor: where it is and whether ``Module.to`` moves it (None outside a module).
 
-    ``moved_by_to`` is None for a tensor that is not inside a module (and for
-    :data:`RECOMPUTED`). ``alias_of`` names the registered parameter or buffer this
-    entry is the same object as (for example ``nn.LSTM._flat_weights``), or is empty.
+    ``alias_of`` names the registered parameter or buffer it is the same object as, or is "".
     """
 
     name: str
@@ -162,10 +129,7 @@ _HEADERS = ("name", "kind", "device", "dtype", "shape", "reached by Module.to")
 
 
 class PlacementTable(list):
-    """A list of :class:`Placement` rows that prints as a table (text or HTML).
-
-    Returned by :func:`where`. Introduced in 03_module_to.
-    """
+    """The list of :class:`Placement` rows :func:`where` returns; prints as a table."""
 
     def __str__(self) -> str:
         if not self:
@@ -238,13 +202,8 @@ def _recomputed(module: nn.Module, name: str) -> bool:
 
 def _walk_module(module: nn.Module, prefix: str, registered: bool, how: str,
                  walk: _Walk) -> Iterator[Placement]:
-    """Every tensor of ``module`` and its submodules, plain attributes and containers included.
-
-    Per module: its parameters, its buffers, its submodules (depth first), then what
-    ``Module.to`` does not see. ``registered`` is False for a module reached through
-    a plain list/tuple/set/dict (``how`` says which): then even its parameters are not
-    moved by the owner's ``to``.
-    """
+    """Parameters, buffers, submodules, then what ``.to`` does not see; ``registered`` is
+    False for a module reached through a plain container (``how`` says which)."""
     if id(module) in walk.seen:
         return
     walk.seen.add(id(module))
@@ -312,9 +271,6 @@ def _walk_loose(obj: object, prefix: str, walk: _Walk, depth: int) -> Iterator[P
             yield from _walk_loose(value, _join(prefix, str(key)), walk, depth + 1)
 
 
-# ----------------------------------------------------------------------------- audit
-
-
 def _fix(placement: Placement) -> str:
     """How to make Module.to move this tensor."""
     leaf = placement.name.rsplit(".", 1)[-1]
@@ -324,11 +280,9 @@ def _fix(placement: Placement) -> str:
     if placement.kind == TENSOR_ATTRIBUTE:
         return (f"a constant becomes a buffer: self.register_buffer({leaf!r}, tensor) in "
                 f"__init__; a tensor to train becomes an nn.Parameter")
-    if placement.kind in (IN_LIST, IN_TUPLE, IN_SET):
-        return ("keep trainable tensors in nn.ParameterList; otherwise register each one "
-                "with register_buffer, or create it in forward with device=x.device")
-    if placement.kind == IN_DICT:
-        return ("keep trainable tensors in nn.ParameterDict; otherwise register each one "
+    if placement.kind in (IN_LIST, IN_TUPLE, IN_SET, IN_DICT):
+        holder = "ParameterDict" if placement.kind == IN_DICT else "ParameterList"
+        return (f"keep trainable tensors in nn.{holder}; otherwise register each one "
                 "with register_buffer, or create it in forward with device=x.device")
     if "plain dict" in placement.kind:
         return "hold the modules in nn.ModuleDict instead of a Python dict"
@@ -395,8 +349,7 @@ class Findings(list):
 
 
 def _same_container(first: Finding, later: Finding) -> bool:
-    """Whether ``later`` is left behind in the same container as ``first``, for the same reason
-    and with the same fix, so that a printout can say it once (``heads.0.*`` and ``heads.1.*``)."""
+    """Same top-level container, reason and fix: said once (``heads.0.*``, ``heads.1.*``)."""
     return (not first.moved_by_to and not later.moved_by_to
             and first.name.split(".")[0] == later.name.split(".")[0]
             and (first.kind, first.device, first.why, first.fix)
@@ -421,19 +374,12 @@ def _target_device(device: str | torch.device) -> torch.device:
 
 
 def _to_fix(module: nn.Module, placement: Placement, target: torch.device) -> str:
-    """The fix for a registered tensor not moved yet: which module's ``.to`` moves it.
-
-    Names the audited module by its class (a loss is not a model) and, for a tensor of a
-    submodule, that submodule's dotted path too.
-    """
+    """The fix for a registered tensor not moved yet: which module's ``.to`` moves it."""
     to = f".to({str(target)!r})"
     owner = placement.name.rpartition(".")[0]
     also = f" (or {to} on its submodule {owner} alone)" if owner else ""
     return (f"call {to} on the {type(module).__name__} you audited{also}; it works in place, "
             f"no reassignment needed")
-
-
-# ---------------------------------------------------------------------------- figure
 
 
 _FIGURE_COLOURS = {**_DEVICE_COLOURS, "meta": "#fff2cc"}  # meta: pale yellow, not grey-blue
@@ -451,10 +397,7 @@ _Row = tuple[int, str, Placement | None, torch.device | None]
 
 
 def _figure_rows(table: PlacementTable, target: torch.device | None) -> list[_Row]:
-    """(depth, label, tensor, None) rows and (depth, label, None, None) module rows.
-
-    A clean subtree becomes one (depth, summary, None, its device) row.
-    """
+    """(depth, label, tensor or None, None); a clean subtree: (depth, summary, None, device)."""
     under: dict[str, list[Placement]] = {}
     for placement in table:
         parts = placement.name.split(".")
@@ -488,14 +431,10 @@ def _figure_rows(table: PlacementTable, target: torch.device | None) -> list[_Ro
 
 def placement_figure(module: nn.Module, device: str | torch.device | None = None,
                      title: str | None = None, max_rows: int = 40) -> Figure:
-    """Draw ``module``'s tree with each tensor as a box coloured by its device.
+    """Return a Figure of ``module``'s tree, each tensor a box coloured by its device.
 
-    Tensors that ``Module.to`` leaves behind get a red edge and red "left behind by
-    .to"; with ``device`` given, registered tensors not on it yet are marked in
-    orange "not on <device> yet". A subtree with more than four tensors and nothing
-    to mark is drawn as one row ("encoder/  (12 tensors, all on meta)"), so
-    stragglers stay visible in big models. Rows past ``max_rows`` are cut (the figure
-    says how many). Returns the matplotlib Figure. Introduced in 03_module_to.
+    Left behind by ``.to``: red; with ``device``, registered but not on it yet: orange.
+    A clean subtree of more than four tensors is one row. Introduced in 03_module_to.
     """
     if not isinstance(module, nn.Module):
         raise TypeError(f"placement_figure() needs an nn.Module, got {type(module).__name__}.")

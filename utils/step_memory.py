@@ -1,9 +1,6 @@
-"""Peak memory of one real training step on the CPU, measured.
+"""Peak memory of one real training step on the CPU, measured (07_moving_data_fast).
 
-Introduced in 07_moving_data_fast, which checks the prediction of :func:`utils.footprint`
-against :func:`measure_training_step`. Also a script, for a fresh process:
-
-    python utils/step_memory.py WIDTH DEPTH BATCH
+Also a script, for a fresh process: ``python utils/step_memory.py WIDTH DEPTH BATCH``.
 """
 
 from __future__ import annotations
@@ -21,9 +18,7 @@ _GLIBC_DEFAULT_THRESHOLD = 128 * 1024
 
 
 def mlp(width: int, depth: int) -> nn.Sequential:
-    """``depth`` layers Linear(width, width), with ReLU between them.
-
-    Introduced in 07_moving_data_fast."""
+    """Return ``depth`` layers Linear(width, width) with ReLU between (07_moving_data_fast)."""
     layers: list[nn.Module] = []
     for index in range(depth):
         layers += [nn.Linear(width, width)] + ([nn.ReLU()] if index < depth - 1 else [])
@@ -31,31 +26,24 @@ def mlp(width: int, depth: int) -> nn.Sequential:
 
 
 def train_step(model: nn.Module, batch: torch.Tensor) -> None:
-    """One step: forward, sum as the loss, backward, ``Adam(foreach=False).step()``.
-
-    Introduced in 07_moving_data_fast."""
+    """One step: forward, sum as the loss, backward, ``Adam(foreach=False).step()`` (07)."""
     optimizer = torch.optim.Adam(model.parameters(), foreach=False)
     model(batch).sum().backward()
     optimizer.step()
 
 
 def resident_bytes(field: str) -> int:
-    """VmHWM (the peak) or VmRSS (now) of this process, in bytes, from /proc (Linux only;
-    OSError elsewhere). Used here and by utils.peak_memory (06_training_checkpoints)."""
+    """VmHWM (the peak) or VmRSS (now) of this process, in bytes, from /proc (Linux only)."""
     with open("/proc/self/status") as status:
         return int(status.read().split(f"{field}:")[1].split()[0]) * 1024
 
 
 def measure_training_step(width: int, depth: int, batch_size: int) -> float:
-    """Return the peak resident memory, in bytes, of one :func:`train_step` of
-    ``mlp(width, depth)`` on a batch of ``batch_size`` rows, above the memory just before
-    the model was built; NaN where it cannot be measured (Linux only: it reads /proc).
+    """Return the peak resident bytes of one :func:`train_step` of ``mlp(width, depth)`` on
+    ``batch_size`` rows, above the memory before; NaN off Linux. Introduced in 07.
 
-    A warm-up step on a two-layer model of the same width first loads what a step needs
-    (libraries, the BLAS library's buffers). While it measures, memory blocks of 64 KiB
-    and more get pages of their own and go back to the system when freed (glibc's
-    ``mallopt``), so the resident size follows the live tensors. Introduced in
-    07_moving_data_fast.
+    After a warm-up step, blocks of 64 KiB and more go back to the system when freed
+    (glibc's ``mallopt``), so the resident size follows the live tensors.
     """
     try:
         libc = ctypes.CDLL("libc.so.6")

@@ -1,8 +1,6 @@
 """The text every helper shows: byte sizes, tables, and the first line of an error.
 
-One place for each, so that a learner reads sizes and errors the same way in every notebook:
-``format_bytes`` (introduced in 05_save_load_scenarios, used up to 08), ``cleaned_error``
-(05_save_load_scenarios), and the table that ``inspect_checkpoint`` and ``inspect_dcp`` print.
+``format_bytes`` and ``cleaned_error`` are introduced in 05_save_load_scenarios.
 """
 
 from __future__ import annotations
@@ -32,9 +30,7 @@ def strip_ansi(text: str) -> str:
 def cleaned_error(error: BaseException, limit: int | None = None) -> str:
     """Return ``TypeName: first line of the message``, without terminal colour codes.
 
-    PyTorch's ``weights_only`` error contains ANSI bold escapes; this is what a notebook
-    prints instead. ``limit`` cuts a long line to about that many characters.
-    Introduced in 05_save_load_scenarios.
+    ``limit`` cuts a long line to about that many characters. Introduced in 05_save_load_scenarios.
     """
     text = strip_ansi(str(error)).strip()
     line = text.splitlines()[0].strip() if text else ""
@@ -51,8 +47,7 @@ def first_sentence(message: str) -> str:
 
 def table_text(summary: str, header: tuple[str, ...], rows: list[tuple[str, ...]],
                total: int) -> str:
-    """Return the summary line, then ``rows`` under ``header`` in aligned columns, then how
-    many of ``total`` entries were left out."""
+    """Return the summary, ``rows`` under ``header`` in columns, and how many were left out."""
     table = [header, *rows]
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
     lines = [summary]

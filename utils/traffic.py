@@ -1,25 +1,12 @@
 """A traffic ledger: every copy between devices, and every point where the host waits.
 
-Introduced in 07_moving_data_fast. Timing a host-to-device copy needs a GPU; *counting*
-copies and waits does not. :class:`Ledger` is a context manager built on PyTorch's
-``TorchDispatchMode``: it sees each low-level operation as it runs, on any device
-(cpu, cuda, mps, meta), and writes down
-
-- each **copy** between two devices: from, to, bytes, ``non_blocking``, and whether
-  PyTorch made it for you (``implicit``: a CPU index tensor used on another device,
-  ``torch.tensor(data, device=d)``, which builds on the host and then copies);
-- each **wait**: a point where the host stops until the device has finished its queued
-  work: ``.item()``, ``float(t)``, ``bool(t)`` and ``if t:``, ``f"{t:.3f}"``; a copy to
-  the host without ``non_blocking=True`` (``.cpu()``, ``.tolist()``, ``.to("cpu")``); a
-  copy *from* the host without ``non_blocking=True`` (PyTorch's CUDA and MPS copies wait
-  for it to finish); operations whose result size depends on the data (``nonzero``,
-  boolean-mask indexing, ``masked_select``, ``unique``).
-
-A wait is counted on a device other than the CPU (on the CPU, the host *is* the device).
-The counts follow PyTorch's own rules, the same on every device; they are what a GPU would
-do, not a timing. On ``meta`` (no data), a read returns zeros so that the code runs on:
-the counts are exact, the values are not. Not seen: ``print(t)`` (PyTorch turns modes
-off while it formats a tensor) and copies made inside ``torch.load``.
+Introduced in 07_moving_data_fast. Timing a copy needs a GPU; *counting* copies and waits
+does not. :class:`Ledger` sees each low-level operation (``TorchDispatchMode``) on any
+device and writes down each **copy** between devices (``implicit`` when PyTorch made it
+for you) and each **wait** of the host for a device that is not the CPU: ``.item()``,
+``if t:``, a copy without ``non_blocking=True``, a size that depends on the data
+(``nonzero``, boolean masks). On ``meta`` a read returns zeros: the counts are exact, the
+values are not. Not seen: ``print(t)`` and copies inside ``torch.load``.
 """
 
 from __future__ import annotations
@@ -46,19 +33,14 @@ _DATA_DEPENDENT = {
     "aten::repeat_interleave": "repeat_interleave() (its size depends on the data)",
 }
 _BOOLEAN_MASK = "boolean-mask indexing (its size depends on the data)"
-#: Python-level factories that build on the host and copy, unseen at the ATen level: given
-#: Python data (a list, a number) and a device, each goes through ``internal_new_from_data``
-#: (torch/csrc/utils/tensor_new.cpp), which fills a CPU tensor and then moves it. Known by
-#: name, not identity: a wrapper installed over ``torch.tensor`` (a test harness's) still calls it.
+#: Factories that, given Python data and a device, fill a CPU tensor and move it in one C++
+#: call the ATen level does not show. Known by name: a wrapper over ``torch.tensor`` still is.
 _HOST_BUILT = {"tensor", "as_tensor", "asarray", "new_tensor"}
 
 
 @dataclass(frozen=True)
 class Copy:
-    """One copy between two devices: ``source`` -> ``target``, ``bytes`` that arrived.
-
-    ``implicit`` is True when PyTorch made the copy for you. Introduced in 07_moving_data_fast.
-    """
+    """One copy ``source`` -> ``target`` of ``bytes``; ``implicit`` when PyTorch made it (07)."""
 
     source: torch.device
     target: torch.device
@@ -87,13 +69,7 @@ class Wait:
 class Ledger:
     """Record copies between devices and host waits while the ``with`` block runs.
 
-    >>> with Ledger() as ledger:
-    ...     batch = torch.ones(256, 4).to("meta")
-    >>> ledger.bytes_moved, len(ledger.waits)
-    (4096, 1)
-
-    Attributes: ``copies`` (a list of :class:`Copy`), ``waits`` (a list of :class:`Wait`).
-    Use ``steps`` to divide by a number of training steps (``per_step``). Introduced in
+    ``copies``: :class:`Copy` rows; ``waits``: :class:`Wait` rows. Introduced in
     07_moving_data_fast.
     """
 
@@ -115,13 +91,6 @@ class Ledger:
         """Total bytes copied between devices, in every direction."""
         return sum(copy.bytes for copy in self.copies)
 
-    def bytes_by_direction(self) -> dict[str, int]:
-        """Bytes moved per direction ('host to device', 'device to host', ...)."""
-        totals: Counter[str] = Counter()
-        for copy in self.copies:
-            totals[copy.direction] += copy.bytes
-        return dict(totals)
-
     def waits_by_reason(self) -> dict[str, int]:
         """How many waits of each kind: {'.item() ...': 3, ...}."""
         return dict(Counter(wait.why for wait in self.waits))
@@ -137,8 +106,6 @@ class Ledger:
         copies, waits = len(self.copies), len(self.waits)
         return (f"{copies} cop{'y' if copies == 1 else 'ies'} between devices, "
                 f"{format_bytes(self.bytes_moved)}; {waits} host wait{'' if waits == 1 else 's'}")
-
-    # ---------------------------------------------------------------- recording
 
     def _copy(self, source, target, nbytes, non_blocking=False, implicit=False, operation=""):
         self.copies.append(Copy(torch.device(source), torch.device(target), int(nbytes),
@@ -164,10 +131,7 @@ class _DispatchSide(TorchDispatchMode):
         self.ledger = ledger
 
     @classmethod
-    def _should_skip_dynamo(cls) -> bool:
-        # Otherwise (torch 2.12+) the mode's __torch_dispatch__ is wrapped in
-        # torch._dynamo.disable, whose first call imports torch._dynamo: seconds of start-up
-        # for a ledger that compiles nothing.
+    def _should_skip_dynamo(cls) -> bool:  # else torch 2.12+ imports torch._dynamo: seconds
         return False
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -246,8 +210,7 @@ class _DispatchSide(TorchDispatchMode):
 
 
 class _FunctionSide(TorchFunctionMode):
-    """Sees Python-level calls: ``torch.tensor(data, device=d)`` builds on the host and
-    copies inside one C++ call that the ATen level does not show."""
+    """Sees Python-level calls: ``torch.tensor(data, device=d)`` (see ``_HOST_BUILT``)."""
 
     def __init__(self, ledger: Ledger) -> None:
         super().__init__()

@@ -1,23 +1,9 @@
 """Widgets that teach: a predict-the-output quiz, a save/load explorer, a placement viewer.
 
-They work with ipywidgets 8 (JupyterLab, our pin) and ipywidgets 7.7 (what Colab ships):
-only widgets and attributes both versions have are used (HTML, Button, Dropdown, VBox,
-HBox, Layout, ``add_class``), and no Output widget, so every result is a plain string in
-an ``HTML`` widget's ``value`` that a test can read.
-
-Where widgets cannot be shown, each ``show``-style function prints plain text instead.
-How the choice is made (:func:`widget_mode`):
-
-- ``LESSONS_WIDGETS=text`` or ``LESSONS_WIDGETS=widgets`` forces it. ``tools/run_notebooks.py``
-  and the test suite set ``text``, so stored outputs are readable text (on GitHub too) and
-  nbval compares text, not random widget ids.
-- Otherwise widgets are shown when ipywidgets imports and the code runs in a Jupyter
-  kernel (JupyterLab, Colab, VS Code); in a terminal, a script or plain ``python``, text.
-
-Each widget keeps its state in its own children; the work is done by small functions
-(:func:`quiz_feedback`, :func:`run_scenario`, :func:`placement_rows`) that tests call
-without a browser. Introduced in 01_tensor_to (the quiz); the explorer is for
-05_save_load_scenarios and the viewer for 03_module_to and 04_cross_device_errors.
+The quiz is introduced in 01_tensor_to, the viewer in 03_module_to, the explorer in
+05_save_load_scenarios. They use only what ipywidgets 8 and 7.7 (Colab) both have, and
+no Output widget: each result is a string in an ``HTML`` widget's ``value``. Where widgets
+cannot be shown (:func:`widget_mode`), each prints plain text instead.
 """
 
 from __future__ import annotations
@@ -47,9 +33,8 @@ def quiz(
 ) -> None:
     """Show a predict-the-output quiz: a clickable widget, or plain text (:func:`widget_mode`).
 
-    ``answer`` is the exact text of the right choice; ``explanations`` gives, for every
-    choice, why it is right or wrong (a dict keyed by choice, or a list in choice order).
-    Returns None: the quiz displays itself. Introduced in 01_tensor_to.
+    ``answer`` is the exact text of the right choice; ``explanations`` says why each choice
+    is right or wrong (a dict keyed by choice, or a list in order). Introduced in 01_tensor_to.
     """
     _check_quiz(choices, answer, explanations)
     if widget_mode() == "text":
@@ -58,7 +43,7 @@ def quiz(
         _display(quiz_widget(question, choices, answer, explanations))
 
 
-# --- how the quiz and the explorers are built -------------------------------------------------
+# --- how the quiz and the explorers are built ---
 
 #: Environment variable that forces the display mode: ``text`` or ``widgets``.
 WIDGETS_ENV_VAR = "LESSONS_WIDGETS"
@@ -67,11 +52,8 @@ _LETTERS = "abcdefghijklmnopqrstuvwxyz"
 
 
 def widget_mode() -> str:
-    """Return ``'widgets'`` or ``'text'``: how the helpers here show themselves.
-
-    ``LESSONS_WIDGETS`` wins when set; otherwise ``'widgets'`` inside a Jupyter kernel
-    with ipywidgets installed, else ``'text'``. Introduced in 01_tensor_to.
-    """
+    """Return ``'widgets'`` or ``'text'``: ``LESSONS_WIDGETS`` when set, else ``'widgets'`` in a
+    Jupyter kernel with ipywidgets installed. Introduced in 01_tensor_to."""
     forced = os.environ.get(WIDGETS_ENV_VAR, "").strip().lower()
     if forced in ("text", "widgets"):
         return forced
@@ -116,11 +98,6 @@ def _pre(text: str) -> str:
     return f"<pre style='margin:0.2em 0'>{html.escape(text)}</pre>"
 
 
-# ---------------------------------------------------------------------------------------
-# The quiz
-# ---------------------------------------------------------------------------------------
-
-
 def _check_quiz(
     choices: Sequence[str], answer: str, explanations: Mapping[str, str] | Sequence[str]
 ) -> dict[str, str]:
@@ -157,11 +134,7 @@ def quiz_feedback(
     answer: str,
     explanations: Mapping[str, str] | Sequence[str],
 ) -> tuple[bool, str]:
-    """Return ``(is_right, text)`` for the choice a learner picked.
-
-    ``text`` starts with "Right." or "Not quite." and explains why that choice is right
-    or wrong. Introduced in 01_tensor_to.
-    """
+    """Return ``(is_right, text)`` for the choice a learner picked (01_tensor_to)."""
     why = _check_quiz(choices, answer, explanations)
     if chosen not in why:
         raise ValueError(f"{chosen!r} is not one of the choices {list(choices)!r}.")
@@ -171,11 +144,7 @@ def quiz_feedback(
 
 
 def quiz_text(question: str, choices: Sequence[str]) -> str:
-    """Return the quiz as plain text: the question, then lettered choices.
-
-    This is what :func:`quiz` prints where widgets cannot be shown. It does not give the
-    answer away: the notebook's next cell does. Introduced in 01_tensor_to.
-    """
+    """Return the quiz as plain text, without the answer (01_tensor_to)."""
     lines = [f"Predict, then run: {question}"]
     lines += [f"  {_LETTERS[i]}) {choice}" for i, choice in enumerate(choices)]
     lines.append("Decide, then run the next cell. (In JupyterLab or Colab you can click an "
@@ -189,11 +158,7 @@ def quiz_widget(
     answer: str,
     explanations: Mapping[str, str] | Sequence[str],
 ):
-    """Return the quiz as an ipywidgets ``VBox``: question, one button per choice, feedback.
-
-    Clicking a button shows :func:`quiz_feedback` for it in the last child (an ``HTML``
-    widget) and colours the button green or red. Introduced in 01_tensor_to.
-    """
+    """Return the quiz as an ipywidgets ``VBox``: question, one button per choice, feedback."""
     _check_quiz(choices, answer, explanations)
     widgets = _widgets()
     heading = widgets.HTML(value=f"<b>Predict, then run:</b> {_inline_html(question)}")
@@ -222,9 +187,7 @@ def quiz_widget(
     return box
 
 
-# ---------------------------------------------------------------------------------------
-# The save/load scenario explorer (notebook 05)
-# ---------------------------------------------------------------------------------------
+# --- the save/load scenario explorer (notebook 05) ---
 
 #: Where a checkpoint may have been saved, in the explorer.
 SAVED_ON = ("cpu", "cuda:0", "mps")
@@ -256,10 +219,7 @@ def _map_location(kind: str, saved_on: str, loaded_on: str) -> tuple[Any, str]:
 
 
 def scenario_code(saved_on: str, loaded_on: str, kind: str) -> str:
-    """Return the code of one save/load scenario, as a learner would write it.
-
-    For 05_save_load_scenarios.
-    """
+    """Return the code of one save/load scenario, as a learner would write it."""
     _, argument = _map_location(kind, saved_on, loaded_on)
     return "\n".join([
         f"# on a machine with {saved_on}:",
@@ -276,13 +236,9 @@ def run_scenario(
 ) -> dict[str, Any]:
     """Save a tiny state dict "on" ``saved_on``, load it with map_location ``kind``; for real.
 
-    Where this machine has ``saved_on``, the tensors really go there before saving;
-    otherwise the file is written with its storages tagged ``saved_on``
-    (:func:`utils.checkpoints.save_as_if_on`),
-    exactly as that device would have written it. The load runs with PyTorch's defaults
-    (weights_only=True). Returns a dict with ``code`` (:func:`scenario_code`), ``how``
-    (how the file was written), ``devices`` ({key: device string} or None) and ``error``
-    (``"Type: message"`` or None). For 05_save_load_scenarios.
+    Without ``saved_on`` here, the file's storages are tagged with it
+    (:func:`utils.checkpoints.save_as_if_on`). Returns ``code``, ``how``, ``devices``
+    ({key: device} or None) and ``error`` (``"Type: message"`` or None).
     """
     if saved_on not in SAVED_ON:
         raise ValueError(f"saved_on {saved_on!r} is not one of {SAVED_ON}.")
@@ -314,9 +270,7 @@ def run_scenario(
 def misplaced_note(result: Mapping[str, Any]) -> str:
     """Return a sentence when a load succeeded but not onto the device the code wanted, else "".
 
-    On a GPU machine a file saved on ``cuda:0`` and loaded with no ``map_location`` lands on
-    ``cuda:0`` even though the code wanted the CPU: no error, and the wrong place (seen on an
-    H200, docs/gpu-verification.md). For 05_save_load_scenarios.
+    On a GPU, a ``cuda:0`` file loaded with no ``map_location`` lands on ``cuda:0``.
     """
     wanted = result.get("wanted")
     if result["error"] or wanted is None:
@@ -347,10 +301,7 @@ def scenario_report(result: Mapping[str, Any]) -> str:
 def scenario_explorer():
     """Return the save/load scenario explorer: choose saved on, loaded on, map_location.
 
-    Pressing "Run this case" calls :func:`run_scenario` and shows its code, then the
-    devices the tensors landed on or PyTorch's genuine error, in the last child (an
-    ``HTML`` widget). "Loaded on" offers this machine's devices.
-    For 05_save_load_scenarios.
+    "Run this case" shows :func:`run_scenario`'s result in the last child (``HTML``).
     """
     widgets = _widgets()
     style = {"description_width": "initial"}
@@ -386,10 +337,7 @@ def scenario_explorer():
     return box
 
 
-# ---------------------------------------------------------------------------------------
-# The placement viewer (notebooks 03-04)
-# The rows come from utils.placement.where(model), the same table notebooks 03-04 print.
-# ---------------------------------------------------------------------------------------
+# --- the placement viewer (notebooks 03-04), built on utils.placement.where ---
 
 
 class _Clean(nn.Module):
@@ -453,11 +401,7 @@ FORWARD_WHY: dict[str, str] = {
 
 
 def placement_rows(model: nn.Module) -> list[tuple[str, str, str]]:
-    """Return ``(name, kind, device)`` for every tensor a module holds.
-
-    Built on :func:`utils.placement.where`: ``kind`` is ``parameter``, ``buffer``,
-    ``plain tensor attribute`` and so on, as that table names it. For 03_module_to.
-    """
+    """Return ``(name, kind, device)`` for every tensor a module holds, from ``where``."""
     return [(row.name, row.kind, str(row.device)) for row in where(model)]
 
 
@@ -478,12 +422,8 @@ def _forward_check(model: nn.Module, target: torch.device) -> str:
 def placement_report(variant: str, target: str) -> dict[str, Any]:
     """Build ``variant`` on the CPU, call ``model.to(target)``, and report where tensors are.
 
-    Returns a dict with ``code``, ``rows`` (:func:`placement_rows` after the move),
-    ``left_behind`` (the names not on ``target``), ``forward`` (one forward pass on a
-    ``target`` input: the output's device or the genuine error; on meta, PyTorch's meta
-    message, which differs from a GPU's), ``runs`` (whether that pass ran) and ``why``
-    (:data:`FORWARD_WHY`'s reason when something was left behind or the pass failed, else
-    ``""``). For 03_module_to and 04_cross_device_errors.
+    Returns ``code``, ``rows``, ``left_behind`` (names not on ``target``), ``forward`` (one
+    pass on a ``target`` input), ``runs`` and ``why`` (:data:`FORWARD_WHY`, or "").
     """
     if variant not in VARIANTS:
         raise ValueError(f"variant {variant!r} is not one of {list(VARIANTS)}.")
@@ -523,10 +463,7 @@ def placement_text(report: Mapping[str, Any]) -> str:
 def placement_viewer():
     """Return the placement viewer: pick a model variant and a target device, press Show.
 
-    The last child (an ``HTML`` widget) shows each tensor's name, device and kind after
-    ``model.to(target)``, what was left behind, and one forward pass.
-    Targets: this machine's accelerators, meta, then cpu; the first is preselected.
-    For 03_module_to and 04_cross_device_errors.
+    The last child (``HTML``) shows :func:`placement_report` for them.
     """
     widgets = _widgets()
     style = {"description_width": "initial"}
@@ -564,10 +501,9 @@ def placement_viewer():
 
 
 def explore_save_load() -> None:
-    """Show the save/load scenario explorer; as text, run and print one case.
+    """Show the save/load explorer; as text, print the case saved on cuda:0, loaded here.
 
-    In text mode (:func:`widget_mode`) it prints the case saved on cuda:0, loaded here
-    with no map_location, and how to run others. For 05_save_load_scenarios.
+    Introduced in 05_save_load_scenarios.
     """
     if widget_mode() == "widgets":
         _display(scenario_explorer())
@@ -580,7 +516,7 @@ def explore_save_load() -> None:
 def view_placement() -> None:
     """Show the placement viewer; as text, print what Module.to leaves behind per variant.
 
-    For 03_module_to and 04_cross_device_errors.
+    Introduced in 03_module_to; used in 04_cross_device_errors.
     """
     if widget_mode() == "widgets":
         _display(placement_viewer())
