@@ -71,7 +71,7 @@ def student_version(solution: nbformat.NotebookNode) -> nbformat.NotebookNode:
 
 def _sources(notebook: nbformat.NotebookNode) -> list[tuple[str, str]]:
     """The cells that matter for staleness: type and source, generated cells left out."""
-    generated = {build_nav.HEADER_TAG, build_nav.FOOTER_TAG}
+    generated = {build_nav.HEADER_TAG, build_nav.FOOTER_TAG, build_nav.HELPERS_TAG}
     return [(c.cell_type, c.source) for c in notebook.cells
             if not generated & set(c.metadata.get("tags", []))]
 
@@ -82,7 +82,7 @@ def cells_fingerprint(notebook: nbformat.NotebookNode) -> str:
     Generated cells (navigation, the Colab preamble of the setup cell), outputs and
     metadata are left out, so regenerating navigation or running the lab changes nothing.
     """
-    generated = {build_nav.HEADER_TAG, build_nav.FOOTER_TAG}
+    generated = {build_nav.HEADER_TAG, build_nav.FOOTER_TAG, build_nav.HELPERS_TAG}
     cells = []
     for cell in notebook.cells:
         cell_tags = set(cell.metadata.get("tags", []))

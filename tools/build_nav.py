@@ -33,6 +33,9 @@ TABLE_END = "<!-- notebooks-table:end -->"
 HEADER_TAG = "nav-header"
 FOOTER_TAG = "nav-footer"
 SETUP_TAG = "setup"
+#: The generated cell above the setup cell: install utils on Colab, import it (folded).
+HELPERS_TAG = "setup-helpers"
+HELPERS_TITLE = "# @title Setup: on Colab, install the course's helpers; then import them"
 
 
 def _github_path(repository: str) -> str:
@@ -149,6 +152,16 @@ def colab_preamble() -> str:
     )
 
 
+def helpers_cell() -> nbformat.NotebookNode:
+    """The code cell above every setup cell: :func:`colab_preamble`, folded under a title (in
+    JupyterLab and on Colab), since it is plumbing, not the lesson."""
+    cell = nbformat.v4.new_code_cell(f"{HELPERS_TITLE}\n{colab_preamble()}", id=HELPERS_TAG)
+    cell.metadata["tags"] = [HELPERS_TAG]
+    cell.metadata["jupyter"] = {"source_hidden": True}
+    cell.metadata["cellView"] = "form"
+    return cell
+
+
 def without_preamble(setup_source: str) -> str:
     """A setup cell's source without the generated Colab preamble (its first paragraph)."""
     if setup_source.startswith("import sys\n") and "\n\n\n" in setup_source:
@@ -195,10 +208,11 @@ def with_generated_cells(notebook: nbformat.NotebookNode, path: Path) -> nbforma
         top += f"\n\n{keep_your_work()}"
     header = _markdown(top, HEADER_TAG)
     footer = _markdown(f"---\n{errors_line(path)}\n\n{nav}", FOOTER_TAG)
-    for cell in cells:
+    cells = [c for c in cells if HELPERS_TAG not in tags(c)]
+    for index, cell in enumerate(cells):
         if SETUP_TAG in tags(cell):
-            body = _without_line(without_preamble(source(cell)), "import utils")
-            cell["source"] = f"{colab_preamble()}\n\n\n{body}"
+            cell["source"] = _without_line(without_preamble(source(cell)), "import utils")
+            cells.insert(index, helpers_cell())
             break
     else:
         raise ValueError(f"{path.name}: no code cell tagged {SETUP_TAG!r}")

@@ -43,7 +43,7 @@ def to_text(path: Path) -> str:
         lines.append(f"#! covers: {covers}")
     for cell in notebook.cells:
         tags = cell.metadata.get("tags", [])
-        if {build_nav.HEADER_TAG, build_nav.FOOTER_TAG} & set(tags):
+        if {build_nav.HEADER_TAG, build_nav.FOOTER_TAG, build_nav.HELPERS_TAG} & set(tags):
             continue
         marker = "# %% [markdown]" if cell.cell_type == "markdown" else "# %%"
         marker += f" id={cell.id}" if cell.get("id") else ""

@@ -364,7 +364,7 @@ def environment_report() -> str:
         build = f"ROCm {torch.version.hip}"
     else:
         build = "CPU-only or non-CUDA build"
-    stand_in = "a stand-in, see notebook 00 §3"
+    stand_in = "a stand-in: holds no data, computes nothing"
     rows = [
         ("Python", f"{platform.python_version()} ({sys.platform})"),
         ("torch", f"{torch.__version__} ({build})"),

@@ -89,7 +89,8 @@ def _hidden_when_folded(cells: list) -> set[int]:
     """Indexes of the cells a reader does not see when the notebook opens: JupyterLab's rule.
 
     A folded heading cell hides every cell after it up to the next cell whose first heading
-    is of the same or a higher level; a cell folded with source and outputs hidden is hidden.
+    is of the same or a higher level; a cell folded with source and outputs hidden is hidden,
+    and so is a source-hidden cell with no stored outputs (the setup helpers' cell).
     """
     hidden, folded_level = set(), None
     for index, cell in enumerate(cells):
@@ -102,7 +103,8 @@ def _hidden_when_folded(cells: list) -> set[int]:
         elif cell.metadata.get(build_nav.JUPYTERLAB_COLLAPSED):
             folded_level = heading[0][0]
         jupyter = cell.metadata.get("jupyter", {})
-        if jupyter.get("source_hidden") and jupyter.get("outputs_hidden"):
+        if jupyter.get("source_hidden") and (jupyter.get("outputs_hidden")
+                                             or not cell.get("outputs")):
             hidden.add(index)
     return hidden
 

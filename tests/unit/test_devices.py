@@ -186,7 +186,7 @@ def test_environment_report_on_a_cpu_only_machine_names_what_is_missing(machine)
     report = utils.environment_report()
     assert f"torch          : {torch.__version__}" in report
     assert "picked device  : cpu (the best one available)" in report
-    assert "second device  : meta (a stand-in, see notebook 00 §3)" in report
+    assert "second device  : meta (a stand-in: holds no data, computes nothing)" in report
     assert "missing" in report
 
 

@@ -39,7 +39,7 @@ def solution_namespace(lab: str) -> dict:
     for cell in notebook.cells:
         if cell.cell_type != "code":
             continue
-        setup = "setup" in cell.metadata.get("tags", [])
+        setup = {"setup", "setup-helpers"} & set(cell.metadata.get("tags", []))
         if not setup and "### BEGIN SOLUTION" not in cell.source:
             continue
         code = "\n".join(line for line in cell.source.splitlines()
