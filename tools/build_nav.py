@@ -208,11 +208,15 @@ def with_generated_cells(notebook: nbformat.NotebookNode, path: Path) -> nbforma
         top += f"\n\n{keep_your_work()}"
     header = _markdown(top, HEADER_TAG)
     footer = _markdown(f"---\n{errors_line(path)}\n\n{nav}", FOOTER_TAG)
+    helpers = helpers_cell()
+    ran = [c for c in cells if HELPERS_TAG in tags(c) and source(c) == helpers.source]
+    if ran:  # unchanged: keep its execution count, as the run left it
+        ran[0].metadata, helpers = helpers.metadata, ran[0]
     cells = [c for c in cells if HELPERS_TAG not in tags(c)]
     for index, cell in enumerate(cells):
         if SETUP_TAG in tags(cell):
             cell["source"] = _without_line(without_preamble(source(cell)), "import utils")
-            cells.insert(index, helpers_cell())
+            cells.insert(index, helpers)
             break
     else:
         raise ValueError(f"{path.name}: no code cell tagged {SETUP_TAG!r}")

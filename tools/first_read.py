@@ -60,6 +60,9 @@ def first_read(path: Path) -> str:
             quiz = cell.source.startswith("utils.quiz(")  # its source is hidden: widget only
             if not cell.metadata.get("jupyter", {}).get("source_hidden"):
                 parts.append(f"```python\n{cell.source}\n```")
+            elif cell.source.startswith("# @title"):  # folded under its title (the setup helpers)
+                title = cell.source.split("\n", 1)[0].removeprefix("# @title").strip()
+                parts.append(f"[folded code cell: {title}]")
             if outputs.strip():
                 label = "A quiz (a widget: click an answer)" if quiz else "Output"
                 parts.append(f"{label}:\n```\n{outputs.rstrip()}\n```")
