@@ -333,7 +333,9 @@ def readme_table(notebooks: dict[Path, str] | None = None) -> str:
     minutes = sum(reading_time.estimate(path, notebooks.get(path)).main.minutes for path in core)
     lines = [
         f"**The core path: {core[0].name[:2]}-{core[-1].name[:2]}**, in order "
-        f"({_hours(minutes)} of main flow). This is the course.",
+        f"({_hours(minutes)} of main flow). This is the course: after it you can put every "
+        "tensor and model where you want it, fix the same-device error, and save on a GPU and "
+        "load anywhere.",
         "",
         *_table_rows(core, notebooks),
     ]
