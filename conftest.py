@@ -24,10 +24,10 @@ def pytest_configure(config):
     config.pluginmanager.import_plugin("tests.plugins.accelerator_rules_plugin")
 
 
-# The longest files first. `make test` runs with `-n 2 --dist loadscope --no-loadscope-reorder`:
+# The longest files first. `make test` runs with `-n 3 --dist loadscope --no-loadscope-reorder`:
 # xdist hands each worker whole files (a notebook's cells share one kernel) in collection
 # order, so the long ones start at once and the many short files fill in at the end, instead
-# of a long one starting last while the other worker has nothing left to do. The order comes
+# of a long one starting last while the other workers have nothing left to do. The order comes
 # from tests/schedule.json, each file's measured seconds (`python -m tools.bench.time_make_test
 # --write-schedule` rewrites it); a file missing there runs after the files it lists, notebooks
 # and labs first. Nothing else depends on this order.
