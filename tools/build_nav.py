@@ -297,7 +297,7 @@ CORE_PATH_LAST = "06"
 
 def _table_rows(paths: list[Path], notebooks: dict[Path, str]) -> list[str]:
     rows = [
-        "| # | Notebook | What it covers | Read (main / all) | Lab | Colab | Binder |",
+        "| # | Notebook | What it covers | Read (main / with folds) | Lab | Colab | Binder |",
         "|---|---|---|---|---|---|---|",
     ]
     colab_badge = "https://colab.research.google.com/assets/colab-badge.svg"
