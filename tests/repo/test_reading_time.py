@@ -163,8 +163,8 @@ def test_a_file_that_is_not_a_notebook_gets_a_clear_error(tmp_path):
 
 def test_the_readme_table_shows_each_notebooks_reading_time():
     table = build_nav.readme_table()
-    assert "| # | Notebook | What it covers | Read (main / with folds) | Lab | Colab | Binder |" in (
-        table.splitlines())
+    header = "| # | Notebook | What it covers | Read (main / with folds) | Lab | Colab | Binder |"
+    assert header in table.splitlines()
     for path in lessons.lesson_notebooks():
         row = next(line for line in table.splitlines() if line.startswith(f"| {path.name[:2]} |"))
         assert f"| {reading_time.estimate(path).text()} |" in row
