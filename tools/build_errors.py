@@ -88,8 +88,8 @@ def fix_lines(code: str) -> list[str]:
 
 
 #: The keys docs/errors.toml's header describes, for an entry and for one of its causes.
-ENTRY_KEYS = {"id", "title", "messages", "pending", "triage", "check", "note", "cause", "causes",
-              "fix", "footnote", "where", "symptom"}
+ENTRY_KEYS = {"id", "title", "messages", "pending", "usual", "triage", "check", "note", "cause",
+              "causes", "fix", "footnote", "where", "symptom"}
 CAUSE_KEYS = {"why", "fix", "lang"}
 
 
@@ -129,6 +129,8 @@ def problems(entry: dict) -> list[str]:
             found.append(f"cause {number}: the fix is code already, without a fence")
     if "\n" in entry.get("triage", "").strip():
         found.append("the triage is one line")
+    if "\n" in entry.get("usual", "").strip() or "`" not in entry.get("usual", "`"):
+        found.append("the usual fix is one line, with its code")
     if "check" in entry and not 1 <= len(fix_lines(entry["check"])) <= 3:
         found.append(f"the check is one to three lines, not {len(fix_lines(entry['check']))}")
     if "```" in entry.get("check", ""):
@@ -169,6 +171,8 @@ def render(entries: list[dict]) -> str:
         lines.append(f"- [{_escaped(entry['title'])}](#{entry['id']})")
     for entry in listed:
         lines += ["", f'<a id="{entry["id"]}"></a>', "", f"## {_escaped(entry['title'])}", ""]
+        if entry.get("usual", "").strip():
+            lines += [f"**Usual fix:** {entry['usual'].strip()}", ""]
         if entry.get("triage", "").strip():
             lines += [f"**First:** {entry['triage'].strip()}", ""]
         if entry.get("check", "").strip():

@@ -293,7 +293,22 @@ def test_the_entries_readers_use_most_open_with_a_one_line_triage_by_symptom(ent
         assert re.search(r"causes? \d", triage), f"{entry_id}: which symptom, which cause"
     page = build_errors.render([entry])
     after_heading = page.split(f"## {build_errors._escaped(entry['title'])}\n\n", 1)[1]
-    assert after_heading.startswith(f"**First:** {triage}\n"), "the triage comes first"
+    usual = entry.get("usual", "").strip()
+    opening = (f"**Usual fix:** {usual}\n\n" if usual else "") + f"**First:** {triage}\n"
+    assert after_heading.startswith(opening), "the usual fix, if any, then the triage, come first"
+
+
+def test_a_usual_fix_is_one_line_with_code_and_names_a_fix_the_entry_gives():
+    usual = [e for e in ENTRIES if e.get("usual")]
+    assert {e["id"] for e in usual} >= {"same-device", "weights-only-numpy", "resume-differs"}
+    for entry in usual:
+        assert build_errors.problems(entry) == [], entry["id"]
+        code = re.findall(r"`([^`]+)`", entry["usual"])
+        fixes = "\n".join([c.get("fix", "") for c in build_errors.causes(entry)]
+                          + [entry.get("note", ""), entry.get("fix", "")])
+        assert any(piece in fixes for piece in code), (entry["id"], code)
+    assert "the usual fix is one line, with its code" in build_errors.problems(
+        {"cause": [GOOD_CAUSE], "usual": "move the batch"})
 
 
 def test_the_triage_of_the_two_entries_with_a_check_is_followed_by_code_that_runs():
