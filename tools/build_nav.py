@@ -35,7 +35,7 @@ FOOTER_TAG = "nav-footer"
 SETUP_TAG = "setup"
 #: The generated cell above the setup cell: install utils on Colab, import it (folded).
 HELPERS_TAG = "setup-helpers"
-HELPERS_TITLE = "# @title Setup: on Colab, install the course's helpers; then import them"
+HELPERS_TITLE = "# @title Setup: import the course's helpers (on Colab, install them first)"
 
 
 def _github_path(repository: str) -> str:
