@@ -71,22 +71,21 @@ def student_version(solution: nbformat.NotebookNode) -> nbformat.NotebookNode:
 
 def _sources(notebook: nbformat.NotebookNode) -> list[tuple[str, str]]:
     """The cells that matter for staleness: type and source, generated cells left out."""
-    generated = {build_nav.HEADER_TAG, build_nav.FOOTER_TAG, build_nav.HELPERS_TAG}
     return [(c.cell_type, c.source) for c in notebook.cells
-            if not generated & set(c.metadata.get("tags", []))]
+            if not build_nav.GENERATED_TAGS & set(c.metadata.get("tags", []))]
 
 
 def cells_fingerprint(notebook: nbformat.NotebookNode) -> str:
     """Return the sha256 of what a learner can change: each cell's type and source.
 
-    Generated cells (navigation, the Colab preamble of the setup cell), outputs and
-    metadata are left out, so regenerating navigation or running the lab changes nothing.
+    Generated cells (navigation, the setup helpers), outputs and metadata are left out, so
+    regenerating navigation or running the lab changes nothing. A copy made before the
+    helpers had a cell of their own has them at the top of its setup cell: left out too.
     """
-    generated = {build_nav.HEADER_TAG, build_nav.FOOTER_TAG, build_nav.HELPERS_TAG}
     cells = []
     for cell in notebook.cells:
         cell_tags = set(cell.metadata.get("tags", []))
-        if generated & cell_tags:
+        if build_nav.GENERATED_TAGS & cell_tags:
             continue
         text = build_nav.without_preamble(cell.source) if build_nav.SETUP_TAG in cell_tags \
             else cell.source

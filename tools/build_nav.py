@@ -36,6 +36,8 @@ SETUP_TAG = "setup"
 #: The generated cell above the setup cell: install utils on Colab, import it (folded).
 HELPERS_TAG = "setup-helpers"
 HELPERS_TITLE = "# @title Setup: import the course's helpers (on Colab, install them first)"
+#: The cells build_nav writes itself: tools that compare or export a learner's cells skip them.
+GENERATED_TAGS = frozenset({HEADER_TAG, FOOTER_TAG, HELPERS_TAG})
 
 
 def _github_path(repository: str) -> str:
@@ -199,7 +201,7 @@ def _markdown(text: str, tag: str) -> nbformat.NotebookNode:
 
 
 def with_generated_cells(notebook: nbformat.NotebookNode, path: Path) -> nbformat.NotebookNode:
-    """Return ``notebook`` (to be stored at ``path``) with fresh header, footer, Colab preamble."""
+    """Return ``notebook`` (to be stored at ``path``) with fresh header, footer, setup helpers."""
     notebook = nbformat.from_dict(notebook)
     cells = [c for c in notebook.cells if not ({HEADER_TAG, FOOTER_TAG} & set(tags(c)))]
     nav = navigation(path)

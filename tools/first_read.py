@@ -32,6 +32,13 @@ def _text(output) -> str:
     return data.get("text/plain", "") + "\n"
 
 
+def _folded_code(source: str) -> str:
+    """How a folded code cell shows: its first line's title, if it has one."""
+    first = source.split("\n", 1)[0]
+    title = first.removeprefix("# @title").strip() if first.startswith("#") else ""
+    return f"[folded code cell: {title}]" if title else "[folded code cell]"
+
+
 def first_read(path: Path) -> str:
     """Return the notebook at ``path`` as Markdown, with what opens folded left closed."""
     notebook = nbformat.read(path, as_version=4)
@@ -52,17 +59,14 @@ def first_read(path: Path) -> str:
             parts.append(shown.strip())
             parts += [f"[folded: {re.sub('<[^>]+>', '', s).strip()}]" for s in summaries]
         elif tags & (reading_time.OPTIONAL_TAGS | {reading_time.CHECK_TAG}):
-            first = cell.source.split("\n", 1)[0]
-            title = first.removeprefix("# @title").strip() if first.startswith("#") else ""
-            parts.append(f"[folded code cell: {title}]" if title else "[folded code cell]")
+            parts.append(_folded_code(cell.source))
         elif cell.cell_type == "code":
             outputs = "".join(_text(o) for o in cell.get("outputs", []))
             quiz = cell.source.startswith("utils.quiz(")  # its source is hidden: widget only
             if not cell.metadata.get("jupyter", {}).get("source_hidden"):
                 parts.append(f"```python\n{cell.source}\n```")
             elif cell.source.startswith("# @title"):  # folded under its title (the setup helpers)
-                title = cell.source.split("\n", 1)[0].removeprefix("# @title").strip()
-                parts.append(f"[folded code cell: {title}]")
+                parts.append(_folded_code(cell.source))
             if outputs.strip():
                 label = "A quiz (a widget: click an answer)" if quiz else "Output"
                 parts.append(f"{label}:\n```\n{outputs.rstrip()}\n```")

@@ -10,8 +10,8 @@ Authoring aid: the .ipynb stays the source of truth (commit only the .ipynb).
 The text format: an optional first line ``#! covers: ...`` (the README's one-line
 summary); then cells, each starting with ``# %%`` (code) or ``# %% [markdown]``,
 optionally followed by ``id=CELL_ID`` and ``tags=tag1,tag2``. Markdown is written as is,
-not commented. Generated parts (badges and navigation cells, the Colab preamble of the setup
-cell) are left out of the text; from-text writes them back (so the notebook runs at once), and
+not commented. Generated cells (badges and navigation, the setup helpers above the setup cell)
+are left out of the text; from-text writes them back (so the notebook runs at once), and
 tools/build_nav.py refreshes what depends on other notebooks (the README table, reading times).
 
 Cell ids survive the round trip: a cell keeps the id its marker line names, a new cell (a
@@ -43,15 +43,12 @@ def to_text(path: Path) -> str:
         lines.append(f"#! covers: {covers}")
     for cell in notebook.cells:
         tags = cell.metadata.get("tags", [])
-        if {build_nav.HEADER_TAG, build_nav.FOOTER_TAG, build_nav.HELPERS_TAG} & set(tags):
+        if build_nav.GENERATED_TAGS & set(tags):
             continue
         marker = "# %% [markdown]" if cell.cell_type == "markdown" else "# %%"
         marker += f" id={cell.id}" if cell.get("id") else ""
         lines.append(marker + (f" tags={','.join(tags)}" if tags else ""))
-        source = cell.source
-        if build_nav.SETUP_TAG in tags and source.startswith(build_nav.colab_preamble()):
-            source = source[len(build_nav.colab_preamble()):].lstrip("\n")
-        lines.append(source)
+        lines.append(cell.source)
     return "\n".join(lines) + "\n"
 
 

@@ -9,8 +9,8 @@ from tools import build_nav, lessons, notebook_text
 
 
 def _authored(notebook):
-    tags = {build_nav.HEADER_TAG, build_nav.FOOTER_TAG, build_nav.HELPERS_TAG}  # generated
-    return [c for c in notebook.cells if not tags & set(c.metadata.get("tags", []))]
+    return [c for c in notebook.cells
+            if not build_nav.GENERATED_TAGS & set(c.metadata.get("tags", []))]
 
 
 @pytest.mark.parametrize("path", lessons.lesson_notebooks()[:3], ids=lambda p: p.name)

@@ -28,6 +28,8 @@ from pathlib import Path
 
 import nbformat
 
+from tools import build_nav
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -39,7 +41,7 @@ def solution_namespace(lab: str) -> dict:
     for cell in notebook.cells:
         if cell.cell_type != "code":
             continue
-        setup = {"setup", "setup-helpers"} & set(cell.metadata.get("tags", []))
+        setup = {build_nav.SETUP_TAG, build_nav.HELPERS_TAG} & set(cell.metadata.get("tags", []))
         if not setup and "### BEGIN SOLUTION" not in cell.source:
             continue
         code = "\n".join(line for line in cell.source.splitlines()
