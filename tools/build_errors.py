@@ -87,6 +87,20 @@ def fix_lines(code: str) -> list[str]:
             if line.strip() and not line.lstrip().startswith(("import ", "from "))]
 
 
+def triage(entry: dict) -> list[str]:
+    """Return an entry's triage as its branches: one line, or a list of one-line branches
+    (which symptom or message form leads to which cause), rendered as bullets."""
+    given = entry.get("triage", "")
+    branches = [given] if isinstance(given, str) else list(given)
+    return [branch.strip() for branch in branches if branch.strip()]
+
+
+def usual_label(entry: dict) -> str:
+    """Return the bold label of an entry's one-line usual answer: a fix for a message, a first
+    step for a symptom (which may be "not your bug, run this check")."""
+    return "**Usually:**" if entry.get("symptom") else "**Usual fix:**"
+
+
 #: The keys docs/errors.toml's header describes, for an entry and for one of its causes.
 ENTRY_KEYS = {"id", "title", "messages", "pending", "usual", "triage", "check", "note", "cause",
               "causes", "fix", "footnote", "where", "symptom"}
@@ -127,8 +141,8 @@ def problems(entry: dict) -> list[str]:
             found.append(f"cause {number}: a fix is one or two lines, not {len(fix_lines(code))}")
         if "```" in code:
             found.append(f"cause {number}: the fix is code already, without a fence")
-    if "\n" in entry.get("triage", "").strip():
-        found.append("the triage is one line")
+    if any("\n" in branch for branch in triage(entry)):
+        found.append("the triage is one line, or a list of one-line branches")
     if "\n" in entry.get("usual", "").strip() or "`" not in entry.get("usual", "`"):
         found.append("the usual fix is one line, with its code")
     if "check" in entry and not 1 <= len(fix_lines(entry["check"])) <= 3:
@@ -172,9 +186,12 @@ def render(entries: list[dict]) -> str:
     for entry in listed:
         lines += ["", f'<a id="{entry["id"]}"></a>', "", f"## {_escaped(entry['title'])}", ""]
         if entry.get("usual", "").strip():
-            lines += [f"**Usual fix:** {entry['usual'].strip()}", ""]
-        if entry.get("triage", "").strip():
-            lines += [f"**First:** {entry['triage'].strip()}", ""]
+            lines += [f"{usual_label(entry)} {entry['usual'].strip()}", ""]
+        branches = triage(entry)
+        if len(branches) == 1:
+            lines += [f"**First:** {branches[0]}", ""]
+        elif branches:
+            lines += ["**First:**", "", *(f"- {branch}" for branch in branches), ""]
         if entry.get("check", "").strip():
             lines += ["```python", *entry["check"].strip().splitlines(), "```", ""]
         if entry.get("messages"):

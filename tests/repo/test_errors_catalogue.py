@@ -287,14 +287,19 @@ TRIAGED = ["same-device", "deserialize-no-cuda", "deserialize-device-count",
 @pytest.mark.parametrize("entry_id", TRIAGED)
 def test_the_entries_readers_use_most_open_with_a_one_line_triage_by_symptom(entry_id):
     (entry,) = [e for e in ENTRIES if e["id"] == entry_id]
-    triage = entry.get("triage", "").strip()
-    assert triage and "\n" not in triage and "->" in triage, entry_id
+    branches = build_errors.triage(entry)
+    assert branches and all("\n" not in b for b in branches), entry_id
+    assert all("->" in b for b in branches[1:]) and "->" in " ".join(branches), entry_id
+    triage = " ".join(branches)
     if len(build_errors.causes(entry)) > 1:
         assert re.search(r"causes? \d", triage), f"{entry_id}: which symptom, which cause"
     page = build_errors.render([entry])
     after_heading = page.split(f"## {build_errors._escaped(entry['title'])}\n\n", 1)[1]
     usual = entry.get("usual", "").strip()
-    opening = (f"**Usual fix:** {usual}\n\n" if usual else "") + f"**First:** {triage}\n"
+    label = "**Usually:**" if entry.get("symptom") else "**Usual fix:**"
+    first = (f"**First:** {branches[0]}\n" if len(branches) == 1 else
+             "**First:**\n\n" + "".join(f"- {b}\n" for b in branches))
+    opening = (f"{label} {usual}\n\n" if usual else "") + first
     assert after_heading.startswith(opening), "the usual fix, if any, then the triage, come first"
 
 
@@ -314,11 +319,13 @@ def test_a_usual_fix_is_one_line_with_code_and_names_a_fix_the_entry_gives():
 def test_the_triage_of_the_two_entries_with_a_check_is_followed_by_code_that_runs():
     (same,) = [e for e in ENTRIES if e["id"] == "same-device"]
     assert "named_parameters()" in same["check"] and "named_buffers()" in same["check"]
-    assert "found at least two devices" in same["triage"]
-    assert "(cause 1)" in same["triage"] and "(cause 3)" in same["triage"]
+    same_triage = " ".join(build_errors.triage(same))
+    assert "found at least two devices" in same_triage
+    assert "(cause 1)" in same_triage and "(cause 3)" in same_triage
     (flat,) = [e for e in ENTRIES if e["id"] == "flat-loss-optimizer-before-to"]
-    assert "model.train()" in flat["triage"]
-    assert "`holds: False`" in flat["triage"] and "`changed: False`" in flat["triage"]
+    flat_triage = " ".join(build_errors.triage(flat))
+    assert "model.train()" in flat_triage
+    assert "`holds: False`" in flat_triage and "`changed: False`" in flat_triage
     # Both checks run as pasted, and print what their triage reads.
     import contextlib
     import io
@@ -348,6 +355,7 @@ def test_the_triage_of_the_two_entries_with_a_check_is_followed_by_code_that_run
 
 @pytest.mark.parametrize(("entry", "complaint"), [
     ({"cause": [GOOD_CAUSE], "triage": "a -> cause 1.\nb -> cause 2."}, "the triage is one line"),
+    ({"cause": [GOOD_CAUSE], "triage": ["a -> cause 1.", "b ->\ncause 2."]}, "one-line branches"),
     ({"cause": [GOOD_CAUSE], "check": "a = 1\nb = 2\nc = 3\nd = 4\n"}, "one to three lines"),
     ({"cause": [GOOD_CAUSE], "check": "```python\nx = 1\n```"}, "without a fence"),
     ({"cause": [GOOD_CAUSE], "check": "print(model(...))"}, "an ellipsis"),
