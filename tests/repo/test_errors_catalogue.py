@@ -245,7 +245,7 @@ def test_each_cause_is_shown_with_its_fix_as_code_under_it():
 def test_the_flat_loss_entry_says_plainly_what_is_not_the_cause_on_cuda():
     (entry,) = [e for e in ENTRIES if e["id"] == "flat-loss-optimizer-before-to"]
     first = build_errors.causes(entry)[0]["why"]
-    assert first.startswith("**Not your bug, on CUDA:**") and "same Parameter objects" in first
+    assert first.startswith("**Not the cause, on CUDA:**") and "same Parameter objects" in first
 
 
 def test_the_readme_sends_a_reader_with_an_error_to_the_index_near_the_top():
