@@ -35,7 +35,7 @@ def _text(output) -> str:
 def _folded_code(source: str) -> str:
     """How a folded code cell shows: its first line's title, if it has one."""
     first = source.split("\n", 1)[0]
-    title = first.removeprefix("# @title").strip() if first.startswith("#") else ""
+    title = first.removeprefix("# @title").lstrip("# ").strip() if first.startswith("#") else ""
     return f"[folded code cell: {title}]" if title else "[folded code cell]"
 
 
@@ -63,11 +63,12 @@ def first_read(path: Path) -> str:
         elif cell.cell_type == "code":
             outputs = "".join(_text(o) for o in cell.get("outputs", []))
             quiz = cell.source.startswith("utils.quiz(")  # its source is hidden: widget only
-            if not cell.metadata.get("jupyter", {}).get("source_hidden"):
+            jupyter = cell.metadata.get("jupyter", {})
+            if not jupyter.get("source_hidden"):
                 parts.append(f"```python\n{cell.source}\n```")
-            elif cell.source.startswith("# @title"):  # folded under its title (the setup helpers)
+            elif not quiz:  # folded: under its title if it has one (the setup helpers)
                 parts.append(_folded_code(cell.source))
-            if outputs.strip():
+            if outputs.strip() and not jupyter.get("outputs_hidden"):
                 label = "A quiz (a widget: click an answer)" if quiz else "Output"
                 parts.append(f"{label}:\n```\n{outputs.rstrip()}\n```")
     return "\n\n".join(p for p in parts if p) + "\n"

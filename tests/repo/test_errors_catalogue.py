@@ -340,17 +340,29 @@ def test_the_triage_of_the_two_entries_with_a_check_is_followed_by_code_that_run
         return printed.getvalue().strip()
 
     model = nn.Linear(3, 2)
-    assert run(same["check"], model=model, inputs=torch.ones(1, 3)) == "cpu []"
+    assert run(same["check"], model=model, inputs=torch.ones(1, 3)) == (
+        "cpu [] -> look in forward, plain attributes, the optimizer (causes 3-5)")
     assert run(same["check"], model=model, inputs=torch.ones(1, 3, device="meta")) == (
-        "meta ['weight', 'bias']")
+        "meta ['weight', 'bias'] -> the batch is not on the model's device: move it (cause 1)")
+    half = nn.Linear(3, 2)
+    half.register_buffer("scale", torch.ones(2, device="meta"))  # one tensor elsewhere
+    assert run(same["check"], model=half, inputs=torch.ones(1, 3)) == (
+        "cpu ['scale'] -> move the model after its last change")
     data = {"inputs": torch.ones(4, 3), "targets": torch.zeros(4, 2), "loss_fn": nn.MSELoss()}
     trained = {"model": model, "optimizer": torch.optim.SGD(model.parameters(), lr=0.1)}
-    assert run(flat["check"], **data, **trained) == "holds: True changed: True"
+    assert run(flat["check"], **data, **trained) == (
+        "holds: True changed: True -> it trains: look at model.train(), the learning rate, the "
+        "data (causes 3-4)")
+    frozen = {"model": model, "optimizer": torch.optim.SGD(model.parameters(), lr=0.0)}
+    assert run(flat["check"], **data, **frozen) == (
+        "holds: True changed: False -> check where zero_grad() is, and the learning rate (cause 4)")
     stale = {"model": nn.Linear(3, 2), "optimizer": trained["optimizer"]}  # a replaced model
-    assert run(flat["check"], **data, **stale) == "holds: False changed: False"
+    assert run(flat["check"], **data, **stale) == (
+        "holds: False changed: False -> build the optimizer again, after the model's last change "
+        "(cause 2)")
     page = build_errors.render([same])
-    assert page.index("**First:**") < page.index("```python\nprint(inputs.device") < page.index(
-        "```text")
+    check_at = page.index("```python\nheld = [*model.named_parameters()")
+    assert page.index("**First:**") < check_at < page.index("```text")
 
 
 @pytest.mark.parametrize(("entry", "complaint"), [
