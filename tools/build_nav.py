@@ -271,6 +271,8 @@ def collapse_optional_parts(notebook: nbformat.NotebookNode, cells: list) -> lis
                 cell.metadata["cellView"] = "form"
         if reading_time.CHECK_TAG in tags(cell) and cell.cell_type == "code":
             cell["source"] = with_check_title(source(cell))
+        elif cell.cell_type == "code" and set(tags(cell)) & set(OPTIONAL_TITLES):
+            cell["source"] = with_optional_title(source(cell), set(tags(cell)))
     colab = notebook.metadata.setdefault("colab", {})
     if folded:
         colab["collapsed_sections"] = folded
@@ -291,6 +293,23 @@ def with_check_title(text: str) -> str:
     first, _, rest = text.partition("\n")
     body = rest if first.startswith("# @title") else text
     return f"{CHECK_TITLE}\n{body}"
+
+
+#: The first line of a folded optional code cell that has no title of its own, by its tag: what
+#: the folded cell shows, so that a reader knows it is an optional part, not a check.
+OPTIONAL_TITLES = {
+    "going-deeper": "# @title Going deeper: the code of the folded part above (optional)",
+    "cpu-only": "# @title On a CPU-only machine: what this machine shows instead (optional)",
+}
+
+
+def with_optional_title(text: str, cell_tags: set[str]) -> str:
+    """An optional code cell's source, opening with its tag's :data:`OPTIONAL_TITLES` line;
+    a title of its own is kept, and a cell magic (``%%writefile``) must stay the first line."""
+    if text.startswith(("# @title", "%%")):
+        return text
+    tag = next(t for t in OPTIONAL_TITLES if t in cell_tags)
+    return f"{OPTIONAL_TITLES[tag]}\n{text}"
 
 
 #: The last notebook of the core path: 00 to this one are the first course, the rest the next step.

@@ -242,3 +242,20 @@ def test_every_check_cell_opens_with_the_title_a_folded_cell_shows_once():
                 assert cell.source.count(build_nav.CHECK_TITLE) == 1, (path.name, cell.id)
     once = build_nav.with_check_title("assert True")
     assert build_nav.with_check_title(once) == once == f"{build_nav.CHECK_TITLE}\nassert True"
+
+
+def test_every_folded_optional_code_cell_has_a_title_that_says_it_is_optional():
+    for path in lessons.lesson_notebooks():
+        for cell in nbformat.read(path, as_version=4).cells:
+            tags = set(cell.metadata.get("tags", []))
+            if cell.cell_type == "code" and tags & set(build_nav.OPTIONAL_TITLES) and not (
+                    tags & {reading_time.CHECK_TAG} or cell.source.startswith("%%")):
+                assert cell.source.startswith("# @title"), (path.name, cell.id)
+    deeper = {"going-deeper"}
+    titled = build_nav.with_optional_title("print(1)", deeper)
+    assert titled == f"{build_nav.OPTIONAL_TITLES['going-deeper']}\nprint(1)"
+    assert build_nav.with_optional_title(titled, deeper) == titled  # once
+    own = "# @title Helper: one of its own\nprint(1)"
+    assert build_nav.with_optional_title(own, {"cpu-only"}) == own
+    magic = "%%writefile a.py\nprint(1)"  # a cell magic must stay the first line
+    assert build_nav.with_optional_title(magic, deeper) == magic
