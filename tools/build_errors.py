@@ -177,8 +177,9 @@ def render(entries: list[dict]) -> str:
         "likely first), each with its fix in plain PyTorch to copy, and the notebook section where",
         "you can watch it happen. The messages were printed by the notebooks' cells or, for what",
         "only a GPU shows, on a real GPU ([docs/gpu-verification.md](gpu-verification.md)). The",
-        "exact wording changes a little between PyTorch versions: search for the part before the",
-        "first comma.",
+        "exact wording changes a little between PyTorch versions, and the names in it are yours:",
+        "search for its first few words (`Missing key(s) in state_dict`, `Weights only load",
+        "failed`, `Unsupported global`).",
         "",
     ]
     for entry in listed:

@@ -39,8 +39,12 @@ def file_of(case: ET.Element) -> str:
 def one_run(folder: Path, number: int) -> tuple[float, dict[str, float]]:
     report = folder / f"run{number}.xml"
     started = time.perf_counter()
-    subprocess.run(["make", "--no-print-directory", "test", f"PYTEST_ARGS=--junitxml={report}"],
-                   cwd=ROOT, check=True, capture_output=True)
+    done = subprocess.run(["make", "--no-print-directory", "test",
+                           f"PYTEST_ARGS=--junitxml={report}"], cwd=ROOT, capture_output=True,
+                          text=True)
+    if done.returncode:  # a failed run is no measurement: say what failed, then stop
+        raise SystemExit(f"run {number}: make test failed (exit {done.returncode}):\n"
+                         + "\n".join((done.stdout + done.stderr).splitlines()[-40:]))
     wall = time.perf_counter() - started
     per_file: dict[str, float] = defaultdict(float)
     for case in ET.parse(report).getroot().iter("testcase"):
