@@ -97,7 +97,7 @@ def triage(entry: dict) -> list[str]:
 
 def usual_label(entry: dict) -> str:
     """Return the bold label of an entry's one-line usual answer: a fix for a message, a first
-    step for a symptom (which may be "not your bug, run this check")."""
+    step for a symptom (which may be "not the cause: run this check")."""
     return "**Usually:**" if entry.get("symptom") else "**Usual fix:**"
 
 
