@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator, Sequence
 from datetime import timedelta
 from pathlib import Path
@@ -222,11 +223,35 @@ def _descendants(pid: int) -> list[int]:
 
 
 def _stop(process: subprocess.Popen) -> None:
-    """Kill torchrun and every worker it started (workers run in sessions of their own)."""
-    for pid in [*_descendants(process.pid), process.pid]:
+    """Kill torchrun and every worker it started (workers run in sessions of their own), and
+    return once they are gone. torchrun is paused first, so that a launch stopped while it
+    still starts its workers cannot start one more after the list of them is read."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(process.pid, signal.SIGSTOP)
+    workers = _descendants(process.pid)
+    for pid in [*workers, process.pid]:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
     process.wait()
+    _wait_until_gone(workers, limit_s=10.0)
+
+
+def _wait_until_gone(pids: list[int], limit_s: float) -> None:
+    """Wait (at most ``limit_s``) until no process in ``pids`` runs; a zombie counts as gone."""
+    try:
+        import psutil
+    except ImportError:  # pragma: no cover - psutil comes with ipykernel
+        return
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        alive = []
+        for pid in pids:
+            with contextlib.suppress(psutil.Error):
+                if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                    alive.append(pid)
+        if not alive:
+            return
+        time.sleep(0.05)
 
 
 def _rank_logs(log_dir: Path) -> dict[int, tuple[str, str]]:

@@ -147,3 +147,28 @@ def test_a_hanging_launch_is_stopped_at_the_timeout_with_every_process(tmp_path,
         utils.torchrun(script, nproc=2, timeout_s=5, quiet=True)
     assert time.monotonic() - started < 5 + 10
     assert _running(script) == [], "torchrun or a worker survived the timeout"
+
+
+SPAWNS_A_CHILD = """
+import subprocess, sys, time
+subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
+time.sleep(600)
+"""
+
+
+def test_stopping_a_launch_returns_once_it_and_the_processes_it_started_are_gone():
+    import subprocess
+    import sys
+
+    import psutil
+
+    launcher = subprocess.Popen([sys.executable, "-c", SPAWNS_A_CHILD])
+    deadline = time.monotonic() + 30
+    while not distributed._descendants(launcher.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    children = distributed._descendants(launcher.pid)
+    assert children, "the child never started"
+    distributed._stop(launcher)
+    assert launcher.returncode is not None
+    for pid in children:  # in a session of its own, as torchrun's workers are: killed too
+        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
