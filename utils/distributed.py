@@ -242,15 +242,14 @@ def _wait_until_gone(pids: list[int], limit_s: float) -> None:
         import psutil
     except ImportError:  # pragma: no cover - psutil comes with ipykernel
         return
+    def running(pid: int) -> bool:
+        try:
+            return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        except psutil.Error:  # gone
+            return False
+
     deadline = time.monotonic() + limit_s
-    while time.monotonic() < deadline:
-        alive = []
-        for pid in pids:
-            with contextlib.suppress(psutil.Error):
-                if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
-                    alive.append(pid)
-        if not alive:
-            return
+    while any(map(running, pids)) and time.monotonic() < deadline:
         time.sleep(0.05)
 
 

@@ -245,6 +245,7 @@ def test_every_check_cell_opens_with_the_title_a_folded_cell_shows_once():
 
 
 def test_every_folded_optional_code_cell_has_a_title_that_says_it_is_optional():
+    assert set(build_nav.OPTIONAL_TITLES) == reading_time.OPTIONAL_TAGS  # a title for each tag
     for path in lessons.lesson_notebooks():
         for cell in nbformat.read(path, as_version=4).cells:
             tags = set(cell.metadata.get("tags", []))
