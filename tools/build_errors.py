@@ -3,11 +3,12 @@
 Each entry of the catalogue is one message a learner meets about devices and checkpoints: an
 optional one-line triage shown first (which cause fits which symptom) with a check to paste, the
 message as PyTorch prints it, its causes (most likely first), each with its own fix in plain
-PyTorch (a catalogue entry with one cause may give one shared ``fix`` instead), and links to the
-notebook sections where it happens live. Messages marked ``pending`` (no notebook
-shows them yet) are left out of the page. tools/build_nav.py writes the page with everything
+PyTorch (a catalogue entry with one cause may give one shared ``fix`` instead), the older
+wordings of the message, where each message no notebook prints comes from (PyTorch's source, a
+recorded run, or a user's report), what to do when the failing line is in a library, and links to
+the notebook sections where it happens live. tools/build_nav.py writes the page with everything
 else it generates (``make nav``); tests/repo/test_errors_catalogue.py checks the catalogue against
-the notebooks. Usage:
+the notebooks; utils.explain reads the same catalogue. Usage:
 
     python -m tools.build_errors          # rewrite docs/errors.md if it is out of date
     python -m tools.build_errors --check  # exit 1 if it is out of date
@@ -51,13 +52,36 @@ def anchor(heading: str) -> str:
 
 
 def section_link(where: dict, page_folder: str = "docs") -> str:
-    """A markdown link to a notebook section, relative to ``page_folder``."""
+    """A markdown link to a notebook section (or, without a ``heading``, to the notebook),
+    relative to ``page_folder``."""
     up = "../" * len(Path(page_folder).parts)
     stem = Path(where["notebook"]).stem
+    if not where.get("heading"):
+        label = f"{stem[:2]} · {stem[3:].replace('_', ' ')}"
+        return f"[{label}]({up}{where['notebook']})"
     label = f"{stem[:2]} · {heading_text(where['heading'])}"
     if where["notebook"].startswith("labs/"):
         label = f"lab {label}"
     return f"[{label}]({up}{where['notebook']}#{anchor(where['heading'])})"
+
+
+#: How the page names each kind of ``quoted`` source.
+SOURCE_KINDS = {
+    "pytorch": "PyTorch's source, `{}`",
+    "run": "a run on torch 2.13 (CPU) recorded in `tests/data/error_runs.toml` (`{}`)",
+    "report": "a user's run, as pasted in [this report]({})",
+}
+
+
+def source_text(source: str) -> str:
+    """A ``quoted`` source ("pytorch:<path>", "run:<id>", "report:<url>") as the page says it."""
+    kind, _, value = source.partition(":")
+    return SOURCE_KINDS[kind].format(value)
+
+
+def quoted(entry: dict) -> list[dict]:
+    """The entry's ``quoted`` tables: where a message no notebook prints comes from."""
+    return list(entry.get("quoted", []))
 
 
 def shown(entry: dict) -> bool:
@@ -102,8 +126,9 @@ def usual_label(entry: dict) -> str:
 
 
 #: The keys docs/errors.toml's header describes, for an entry and for one of its causes.
-ENTRY_KEYS = {"id", "title", "messages", "pending", "usual", "triage", "check", "note", "cause",
-              "causes", "fix", "footnote", "where", "symptom"}
+ENTRY_KEYS = {"id", "title", "messages", "usual", "triage", "check", "note", "cause",
+              "causes", "fix", "footnote", "where", "symptom", "older_wordings", "quoted",
+              "library", "match", "unless"}
 CAUSE_KEYS = {"why", "fix", "lang"}
 
 
@@ -149,6 +174,12 @@ def problems(entry: dict) -> list[str]:
         found.append(f"the check is one to three lines, not {len(fix_lines(entry['check']))}")
     if "```" in entry.get("check", ""):
         found.append("the check is code already, without a fence")
+    listed_texts = entry.get("messages", []) + entry.get("older_wordings", [])
+    for item in quoted(entry):
+        if item.get("text") not in listed_texts:
+            found.append(f"quoted text not among the messages: {item.get('text', '')[:60]!r}")
+        if item.get("source", "").partition(":")[0] not in SOURCE_KINDS:
+            found.append(f"quoted source is not pytorch:, run: or report:: {item.get('source')!r}")
     for text in ([entry.get("fix", ""), entry.get("check", "")]
                  + [cause.get("fix", "") for cause in listed]):
         if "..." in text or "\u2026" in text:
@@ -179,7 +210,15 @@ def render(entries: list[dict]) -> str:
         "only a GPU shows, on a real GPU ([docs/gpu-verification.md](gpu-verification.md)). The",
         "exact wording changes a little between PyTorch versions, and the names in it are yours:",
         "search for its first few words (`Missing key(s) in state_dict`, `Weights only load",
-        "failed`, `Unsupported global`).",
+        "failed`, `Unsupported global`). Older wordings are listed under the current one.",
+        "",
+        "In a notebook, `utils.explain(error)` finds the entry for you, and `utils.explain_errors()`",
+        "shows it under every traceback.",
+        "",
+        "**When the failing line is in a library** (a model loader, a trainer, a summary tool), do",
+        "not edit the library's source: pass the library's own device argument by keyword, use its",
+        "documented fix, update or pin the library, and for a file you trust, allow its globals",
+        "the documented way (`torch.serialization.safe_globals`). The entries say which applies.",
         "",
     ]
     for entry in listed:
@@ -197,6 +236,17 @@ def render(entries: list[dict]) -> str:
             lines += ["```python", *entry["check"].strip().splitlines(), "```", ""]
         if entry.get("messages"):
             lines += ["```text", *entry["messages"], "```", ""]
+        if entry.get("older_wordings"):
+            lines += ["Older PyTorch versions word it so (what many forum threads show):", "",
+                      "```text", *entry["older_wordings"], "```", ""]
+        if quoted(entry):
+            lines += ["<details><summary>Where these messages come from</summary>", ""]
+            lines += [f"- `{item['text']}`: {source_text(item['source'])}."
+                      for item in quoted(entry)]
+            if len(quoted(entry)) < len(entry.get("messages", []) + entry.get("older_wordings", [])):
+                lines += ["", "The others are printed by the notebooks' cells or quoted from a GPU "
+                          "run ([docs/gpu-verification.md](gpu-verification.md))."]
+            lines += ["", "</details>", ""]
         if entry.get("note", "").strip():
             lines += [entry["note"].strip(), ""]
         own = "cause" in entry
@@ -211,6 +261,8 @@ def render(entries: list[dict]) -> str:
             lines.append("")
         if entry.get("fix", "").strip():
             lines += ["**Fix**" if not own else "**And next time**", "", entry["fix"].strip(), ""]
+        if entry.get("library", "").strip():
+            lines += ["**When the failing line is in a library**", "", entry["library"].strip(), ""]
         if entry.get("footnote", "").strip():
             lines += [entry["footnote"].strip(), ""]
         links = [f"{section_link(where)} ({where['what']})" for where in entry["where"]]
