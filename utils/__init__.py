@@ -29,6 +29,7 @@ from utils.devices import (
 )
 from utils.distributed import Worker, WorkerFailed, process_group, torchrun
 from utils.errors import CheckpointError, UnsafeCheckpointError
+from utils.explain import Explanation, explain, explain_errors
 from utils.footprint import Footprint, footprint
 from utils.ops import aten_ops
 from utils.placement import Finding, Placement, audit, placement_figure, where
