@@ -212,8 +212,8 @@ def render(entries: list[dict]) -> str:
         "search for its first few words (`Missing key(s) in state_dict`, `Weights only load",
         "failed`, `Unsupported global`). Older wordings are listed under the current one.",
         "",
-        "In a notebook, `utils.explain(error)` finds the entry for you, and `utils.explain_errors()`",
-        "shows it under every traceback.",
+        "In a notebook, `utils.explain(error)` finds the entry for you, and",
+        "`utils.explain_errors()` shows it under every traceback.",
         "",
         "**When the failing line is in a library** (a model loader, a trainer, a summary tool), do",
         "not edit the library's source: pass the library's own device argument by keyword, use its",
@@ -243,7 +243,8 @@ def render(entries: list[dict]) -> str:
             lines += ["<details><summary>Where these messages come from</summary>", ""]
             lines += [f"- `{item['text']}`: {source_text(item['source'])}."
                       for item in quoted(entry)]
-            if len(quoted(entry)) < len(entry.get("messages", []) + entry.get("older_wordings", [])):
+            texts = entry.get("messages", []) + entry.get("older_wordings", [])
+            if len(quoted(entry)) < len(texts):
                 lines += ["", "The others are printed by the notebooks' cells or quoted from a GPU "
                           "run ([docs/gpu-verification.md](gpu-verification.md))."]
             lines += ["", "</details>", ""]

@@ -28,8 +28,9 @@ RUNS = {run["id"]: run for run in tomllib.loads(
 REPORTS = {report["url"]: report for report in tomllib.loads(
     (DATA / "error_reports.toml").read_text(encoding="utf-8"))["report"]}
 
-#: Notebooks other branches add this round (the libraries notebook, and 08_many_devices split in
-#: two): the index may link to them before they exist here; once they do, their headings are checked.
+#: Notebooks other branches add this round (the libraries notebook, and 08_many_devices split
+#: in two): the index may link to them before they exist here; once they do, their headings are
+#: checked.
 PLANNED = {"notebooks/08_libraries.ipynb", "notebooks/09_many_processes.ipynb",
            "notebooks/10_sharded_training.ipynb"}
 #: Notebooks being replaced this round, whose sections the index no longer links to, and why.
@@ -387,7 +388,8 @@ def test_the_triage_of_the_two_entries_with_a_check_is_followed_by_code_that_run
     assert run(same["check"], model=model, inputs=torch.ones(1, 3)) == (
         "cpu [] -> look in forward, plain attributes, the optimizer (causes 3-5)")
     assert run(same["check"], model=model, inputs=torch.ones(1, 3, device="meta")) == (
-        "meta ['weight', 'bias'] -> the model and the batch are apart: move both to one device (cause 1)")
+        "meta ['weight', 'bias'] -> the model and the batch are apart: move both to one device "
+        "(cause 1)")
     half = nn.Linear(3, 2)
     half.register_buffer("scale", torch.ones(2, device="meta"))  # one tensor elsewhere
     assert run(same["check"], model=half, inputs=torch.ones(1, 3)) == (

@@ -112,7 +112,8 @@ def test_explain_shows_the_title_the_usual_fix_and_links_to_the_entry_and_the_li
     assert found.live and "04_cross_device_errors.ipynb#1.-Meet-the-error,-then-read-it" in (
         found.live[0][1])
     markdown = found.markdown()
-    assert markdown.startswith("**The error index:** [Expected all tensors to be on the same device]")
+    assert markdown.startswith(
+        "**The error index:** [Expected all tensors to be on the same device]")
     assert "](#" not in markdown, "in-page links become links to the published page"
 
 
