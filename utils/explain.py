@@ -50,9 +50,7 @@ def explain_errors(shell: Any = None) -> bool:
     Calling it again changes nothing. Returns True when the hook is on, False outside IPython.
     Introduced in 04_cross_device_errors; the labs turn it on in their setup cell.
     """
-    if shell is None:
-        ipython = sys.modules.get("IPython")
-        shell = ipython.get_ipython() if ipython is not None else None
+    shell = shell if shell is not None else _shell()
     if shell is None:
         return False
     if getattr(shell, "_explain_errors_on", False):
@@ -105,8 +103,12 @@ class Explanation:
         lines += [f"Watch it happen: {label} ({url})" for label, url in self.live]
         return "\n".join(lines)
 
-    def _repr_markdown_(self) -> str:
-        return self.markdown()
+    def _ipython_display_(self) -> None:
+        """Shown as a cell's result: as Markdown, unless ``explain`` showed it in this cell."""
+        shell = _shell()
+        if shell is not None and _SHOWN_IN_CELL.get(id(self)) == shell.execution_count:
+            return
+        _display(self, mark=False)
 
     def __str__(self) -> str:
         return self.text()
@@ -214,12 +216,24 @@ def _where_url(where: dict) -> str:
     return url
 
 
-def _display(found: Explanation) -> None:
+#: The cell (IPython's execution count) in which ``explain`` showed each explanation, so that
+#: the same explanation returned as the cell's result is not shown twice.
+_SHOWN_IN_CELL: dict[int, int] = {}
+
+
+def _shell() -> Any:
     ipython = sys.modules.get("IPython")
-    shell = ipython.get_ipython() if ipython is not None else None
+    return ipython.get_ipython() if ipython is not None else None
+
+
+def _display(found: Explanation, mark: bool = True) -> None:
+    shell = _shell()
     if shell is not None and getattr(shell, "kernel", None) is not None:
         from IPython.display import Markdown, display
 
         display(Markdown(found.markdown()))
     else:
         print(found.text())
+    if shell is not None and mark:
+        _SHOWN_IN_CELL.clear()
+        _SHOWN_IN_CELL[id(found)] = shell.execution_count

@@ -207,6 +207,9 @@ def test_the_hook_works_in_a_real_kernel_and_shows_the_entry_as_markdown():
     notebook = nbformat.v4.new_notebook(cells=[
         nbformat.v4.new_code_cell("import utils\nutils.explain_errors()"),
         nbformat.v4.new_code_cell("import torch\ntorch.zeros(1, device='meta') + torch.zeros(1)"),
+        nbformat.v4.new_code_cell('utils.explain("CUDA error: invalid device ordinal")'),
+        nbformat.v4.new_code_cell('found = utils.explain("CUDA error: invalid device ordinal")'),
+        nbformat.v4.new_code_cell("found"),
     ])
     NotebookClient(notebook, timeout=60, kernel_name="python3", allow_errors=True).execute(
         cwd=str(lessons.ROOT))
@@ -215,3 +218,6 @@ def test_the_hook_works_in_a_real_kernel_and_shows_the_entry_as_markdown():
     assert kinds == ["error", "display_data"], kinds
     assert outputs[0]["ename"] == "RuntimeError"
     assert "errors.md#meta-expected-device" in outputs[1]["data"]["text/markdown"]
+    for cell in notebook.cells[2:]:  # shown once, whether returned as the cell's result or not
+        assert [output["output_type"] for output in cell.outputs] == ["display_data"]
+        assert "errors.md#invalid-device-ordinal" in cell.outputs[0]["data"]["text/markdown"]
