@@ -82,6 +82,13 @@ def test_every_real_report_is_matched_to_the_entry_that_answers_it(report):
     assert found["id"] == report["entry"]
 
 
+def test_every_message_of_the_index_is_explained_by_its_own_entry():
+    for entry in catalogue():
+        for message in entry.get("messages", []) + entry.get("older_wordings", []):
+            found = best_entry(message.replace(" ... ", " "))
+            assert found is not None and found["id"] == entry["id"], (entry["id"], message)
+
+
 @pytest.mark.parametrize("message", UNRELATED)
 def test_an_error_the_index_does_not_cover_matches_nothing(message):
     assert utils.explain(message, show=False) is None
