@@ -62,6 +62,10 @@ UNRELATED = [
     "TypeError: forward() takes 2 positional arguments but 3 were given",
     "NotImplementedError: Could not run 'torchvision::nms' with arguments from the 'CUDA' backend.",
     "ZeroDivisionError: division by zero",
+    "RuntimeError: Expected tensor for argument #1 'indices' to have one of the following scalar "
+    "types: Long, Int; but got torch.cuda.FloatTensor instead (while checking arguments for "
+    "embedding)",
+    "RuntimeError: CUDA error: an illegal memory access was encountered",
 ]
 
 
