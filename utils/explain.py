@@ -43,18 +43,17 @@ def explain(error_or_message: BaseException | str, show: bool = True) -> Explana
     return found
 
 
-def explain_errors(shell: Any = None) -> bool:
+def explain_errors(shell: Any = None) -> None:
     """Show the error index's entry under every traceback in this IPython kernel.
 
     The traceback itself is unchanged; an error the index does not cover shows nothing more.
-    Calling it again changes nothing. Returns True when the hook is on, False outside IPython.
-    Introduced in 04_cross_device_errors; the labs turn it on in their setup cell.
+    Calling it again changes nothing; outside IPython it does nothing. Returns None, so a
+    setup cell ending with it prints nothing. Introduced in 04_cross_device_errors; the labs
+    turn it on in their setup cell.
     """
     shell = shell if shell is not None else _shell()
-    if shell is None:
-        return False
-    if getattr(shell, "_explain_errors_on", False):
-        return True
+    if shell is None or getattr(shell, "_explain_errors_on", False):
+        return
 
     def show_traceback_then_entry(shell, etype, value, tb, tb_offset=None):
         shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
@@ -65,7 +64,6 @@ def explain_errors(shell: Any = None) -> bool:
 
     shell.set_custom_exc((Exception,), show_traceback_then_entry)
     shell._explain_errors_on = True
-    return True
 
 
 @dataclass(frozen=True)

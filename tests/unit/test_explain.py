@@ -193,8 +193,10 @@ def test_the_hook_shows_the_entry_right_under_the_unchanged_traceback(shell, cap
     cell = 'raise RuntimeError("Tensor on device cpu is not on the expected device meta!")'
     shell.run_cell(cell)
     plain = capsys.readouterr().out
-    assert utils.explain_errors(shell) is True
-    assert utils.explain_errors(shell) is True  # a second call changes nothing
+    utils.explain_errors(shell)
+    handler = shell.CustomTB
+    utils.explain_errors(shell)  # a second call changes nothing
+    assert shell.CustomTB == handler and shell.custom_exceptions == (Exception,)
     shell.run_cell(cell)
     hooked = capsys.readouterr().out
     found = utils.explain("Tensor on device cpu is not on the expected device meta!", show=False)
@@ -210,7 +212,7 @@ def test_the_hook_shows_the_entry_right_under_the_unchanged_traceback(shell, cap
 
 def test_the_hook_does_nothing_outside_ipython(monkeypatch):
     monkeypatch.setitem(__import__("sys").modules, "IPython", None)
-    assert utils.explain_errors() is False
+    assert utils.explain_errors() is None
 
 
 def test_the_hook_works_in_a_real_kernel_and_shows_the_entry_as_markdown():
@@ -224,6 +226,7 @@ def test_the_hook_works_in_a_real_kernel_and_shows_the_entry_as_markdown():
     NotebookClient(notebook, timeout=60, kernel_name="python3", allow_errors=True).execute(
         cwd=str(lessons.ROOT))
     outputs = notebook.cells[1].outputs
+    assert notebook.cells[0].outputs == [], "turning it on prints nothing"
     kinds = [output["output_type"] for output in outputs]
     assert kinds == ["error", "display_data"], kinds
     assert outputs[0]["ename"] == "RuntimeError"
