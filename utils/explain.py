@@ -184,11 +184,14 @@ def catalogue() -> tuple[dict, ...]:
 
 
 def _first_fix(entry: dict) -> str:
+    """An entry's usual fix when it gives none: its first line of code, or its fix's sentence."""
     causes = entry.get("cause", [])
-    if causes:
-        first = causes[0]["fix"].strip().splitlines()[0]
-        return f"`{first.split('  #')[0].strip()}`"
-    return " ".join(entry.get("fix", "").split()).replace("```python", "").replace("```", "")
+    fix = causes[0]["fix"] if causes else entry.get("fix", "")
+    fenced = re.search(r"```\w*\n(.*?)\n", fix)
+    if causes or fenced:
+        line = (fenced.group(1) if fenced else fix.strip().splitlines()[0]).split("  #")[0]
+        return f"`{line.strip()}`"
+    return " ".join(fix.split())
 
 
 def _heading_text(markdown: str) -> str:
