@@ -118,7 +118,6 @@ site: $(STAMPS)  ## The course and its error index as a static, searchable site 
 	PYTHONPATH="$(CURDIR)" $(VENVS)/bin/python -m sphinx -b html -W --keep-going -q \
 		-c site -d build/site-doctrees $(SITE_SRC) $(SITE)
 	PYTHONPATH="$(CURDIR)" $(VENVS)/bin/python -m tools.build_site finish $(SITE)
-	$(VENVS)/bin/python -m pagefind --site $(SITE) --quiet
 
 # Not part of `make test` (it needs .venv-site); .ci/run runs it after `make test`.
 test-site: site $(STAMP)  ## The built site in headless Chromium: pages, folds, search, nothing hidden

@@ -3,7 +3,7 @@
 ``make site`` runs it twice, around Sphinx (site/conf.py) and before Pagefind:
 
     python -m tools.build_site sources build/site-src   # README, notebooks, labs, docs, as pages
-    python -m tools.build_site finish build/site         # search marks; fail on a broken link
+    python -m tools.build_site finish build/site         # fail on a broken link; search index
 
 The sources are copies, made from the stored notebooks (nothing is run):
 
@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import html
 import json
 import re
 import shutil
@@ -49,8 +50,6 @@ FOLDED_HEADINGS = ("going deeper", "on a cpu-only machine")
 #: The pages besides the notebooks and labs, in the order the site's contents list them.
 GUIDES = ("docs/errors.md", "docs/teaching.md", "CONTRIBUTING.md")
 ERROR_INDEX = "docs/errors.md"
-#: Pagefind's largest weight (its default is 1): the error index's entry headings get it.
-ENTRY_WEIGHT = 10
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -366,16 +365,18 @@ def quiz_markdown(source: str) -> str:
 
 _ARTICLE = '<article class="bd-article"'
 _SECTION_HEADING = re.compile(r'<section id="([^"]+)">(\s*(?:<span id="[^"]*"></span>)*\s*)<h([1-6])')
+_HEADERLINK = '<a class="headerlink"'
 _THEME_MACROS = ("_static/webpack-macros.html", "_static/sbt-webpack-macros.html")
 
 
 def finish(site: Path) -> list[str]:
-    """Mark the built pages for Pagefind, then return the broken internal links, if any.
+    """Mark the built pages for Pagefind and index them (:func:`search_index`); return the
+    broken internal links, if any (the index is not written then).
 
-    Each page's article is what Pagefind indexes (not the menus); each section's id moves to
-    its heading, where Pagefind looks for the anchors of its sub-results; the error index's
-    entry headings weigh the most. The theme's Jinja macros, copied as static files and used
-    by no page, are removed (Pagefind would warn about them).
+    Each page's article is what Pagefind indexes (not the menus, not the ``#`` after each
+    heading); each section's id moves to its heading, where Pagefind looks for the anchors of
+    its sub-results. The theme's Jinja macros, copied as static files and used by no page,
+    are removed (Pagefind would warn about them).
     """
     for macros in _THEME_MACROS:
         (site / macros).unlink(missing_ok=True)
@@ -385,10 +386,48 @@ def finish(site: Path) -> list[str]:
         if not article:
             continue
         body = _SECTION_HEADING.sub(r'<section>\2<h\3 id="\1"', body)
-        if page.relative_to(site).as_posix() == ERROR_INDEX.replace(".md", ".html"):
-            body = body.replace("<h2 id=", f'<h2 data-pagefind-weight="{ENTRY_WEIGHT}" id=')
+        body = body.replace(_HEADERLINK, f"{_HEADERLINK} data-pagefind-ignore")
         page.write_text(f"{head}{article} data-pagefind-body{body}", encoding="utf-8")
-    return broken_links(site)
+    broken = broken_links(site)
+    if not broken:
+        import asyncio
+
+        asyncio.run(search_index(site))
+    return broken
+
+
+def error_entries(page: str) -> list[tuple[str, str, str]]:
+    """(anchor, message, text) of each entry of the built error index (its ``<h2>``s)."""
+    article = page.partition(_ARTICLE)[2].partition("</article>")[0]
+    parts = re.split(r'<h2 id="([^"]+)"[^>]*>', article)
+    entries = []
+    for anchor, chunk in zip(parts[1::2], parts[2::2], strict=True):
+        message, _, rest = chunk.partition("</h2>")
+        entries.append((anchor, _text(message), _text(rest)))
+    return entries
+
+
+def _text(fragment: str) -> str:
+    fragment = re.sub(r"<a class=\"headerlink\".*?</a>", "", fragment, flags=re.DOTALL)
+    return html.unescape(re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", fragment))).strip()
+
+
+async def search_index(site: Path) -> None:
+    """Write Pagefind's index of ``site`` into ``site/pagefind``: every page, and each entry of
+    the error index as a result of its own (its anchor on the index page, its message as the
+    title and first heading), so a search for a message finds its entry first."""
+    from pagefind.index import IndexConfig, PagefindIndex
+
+    config = IndexConfig(output_path=str((site / "pagefind").resolve()))
+    index_page = ERROR_INDEX.replace(".md", ".html")
+    async with PagefindIndex(config=config) as index:
+        await index.add_directory(str(site.resolve()))
+        for anchor, message, text in error_entries((site / index_page).read_text("utf-8")):
+            record = (f'<html lang="en"><head><title>{html.escape(message)}</title></head>'
+                      f"<body data-pagefind-body><h1>{html.escape(message)}</h1>"
+                      f"<p>{html.escape(text)}</p>"
+                      "</body></html>")
+            await index.add_html_file(content=record, url=f"/{index_page}#{anchor}")
 
 
 class _Links(HTMLParser):
