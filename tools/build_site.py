@@ -74,6 +74,18 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def site_url() -> str:
+    """The site's address on GitHub Pages, from ``[tool.lessons] repository`` in pyproject.toml
+    (the one place that also sets the badges): https://github.com/OWNER/NAME gives
+    https://OWNER.github.io/NAME/. README.md and ``[project.urls]`` show it."""
+    repository = lessons.config()["repository"].rstrip("/")
+    match = re.fullmatch(r"https://github\.com/([^/]+)/([^/]+)", repository)
+    if not match:
+        raise ValueError(f"[tool.lessons] repository is not a GitHub address: {repository!r}")
+    owner, name = match.groups()
+    return f"https://{owner.lower()}.github.io/{name}/"
+
+
 # --- which pages the site has ---
 
 
@@ -364,7 +376,9 @@ def quiz_markdown(source: str) -> str:
 # --- after Sphinx: marks for Pagefind, and the link check ---
 
 _ARTICLE = '<article class="bd-article"'
-_SECTION_HEADING = re.compile(r'<section id="([^"]+)">(\s*(?:<span id="[^"]*"></span>)*\s*)<h([1-6])')
+_SECTION_HEADING = re.compile(
+    r'<section id="([^"]+)">(\s*(?:<span id="[^"]*"></span>)*\s*)<h([1-6])'
+)
 _HEADERLINK = '<a class="headerlink"'
 _THEME_MACROS = ("_static/webpack-macros.html", "_static/sbt-webpack-macros.html")
 
