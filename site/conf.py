@@ -23,6 +23,7 @@ nb_merge_streams = True
 # to a missing page or anchor is a warning, and `make site` (-W) fails on it.
 myst_heading_anchors = 6
 myst_enable_extensions = ["colon_fence", "dollarmath"]
+# Heading levels are the notebooks' own (03 has an H3 right under its title): not a link problem.
 suppress_warnings = ["myst.header"]
 # Error messages are quoted as printed: straight quotes, three dots.
 smartquotes = False

@@ -32,6 +32,7 @@ import argparse
 import ast
 import html
 import json
+import posixpath
 import re
 import shutil
 import sys
@@ -198,8 +199,7 @@ def _normalise(path: Path) -> str:
 
 
 def _relative(target: str, here: Path) -> str:
-    up = [] if here == Path(".") else [".."] * len(here.parts)
-    return "/".join([*up, target])
+    return posixpath.relpath(target, here.as_posix())
 
 
 _ANCHOR = re.compile(r'^<a id="([^"]+)"></a>\s*$', re.MULTILINE)
