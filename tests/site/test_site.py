@@ -35,6 +35,8 @@ HIDDEN_CHECK_MARKER = "@title ✓ Checked"
 #: Messages a learner pastes, and the error index's entry that answers each, when it has one.
 SEARCHES = {
     "Expected all tensors to be on the same device": "same-device",
+    # the other wording of the same error, which the entry lists
+    "found at least two devices, cuda:0 and cpu": "same-device",
     "Placeholder storage has not been allocated": None,  # the entry's anchor, read from the index
 }
 
@@ -162,6 +164,18 @@ def test_a_search_for_a_message_finds_its_entry_in_the_error_index_first(
     first.click()
     page.wait_for_load_state()
     assert page.locator(f"#{anchor}").is_visible()
+
+
+def test_the_search_box_of_a_page_leads_to_the_results(page, base_url):
+    page.goto(base_url + "notebooks/02_copy_pitfall.html")
+    page.locator("button.search-button-field").first.click()
+    box = page.locator("form.bd-search input").first
+    box.fill("Expected all tensors to be on the same device")
+    box.press("Enter")
+    page.wait_for_url("**/search.html?q=*")
+    first = page.locator(".pagefind-ui__result-link").first
+    first.wait_for(timeout=20_000)
+    assert first.get_attribute("href") == f"{PREFIX}docs/errors.html#same-device"
 
 
 def test_every_entry_of_the_error_index_is_found_first_from_its_first_words(page, base_url, site):
