@@ -21,7 +21,7 @@ from urllib.parse import quote
 
 import pytest
 
-from tools import build_site, lessons
+from tools import build_nav, build_site, lessons
 
 SITE = Path(os.environ.get("SITE", lessons.ROOT / "build" / "site"))
 #: The folder the site is served under: GitHub Pages serves a project's site under its name.
@@ -201,6 +201,8 @@ def test_no_solution_and_no_hidden_check_is_published(site):
     assert not [p for p in published if "solutions" in p]
     pages = {p: page_text(p) for p in site.rglob("*.html")}
     assert not [p for p, text in pages.items() if HIDDEN_CHECK_MARKER in text]
+    # nor the generated cell that installs and imports the helpers (setup plumbing)
+    assert not [p for p, text in pages.items() if build_nav.HELPERS_TITLE[2:] in text]
     # The code of each hidden check and of each solution is nowhere in the site.
     secret = set()
     for path in [*lessons.lesson_notebooks(), *lessons.solution_labs()]:
