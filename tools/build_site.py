@@ -1,9 +1,9 @@
 """Write the sources of the course's static site, and finish the HTML Sphinx builds from them.
 
-``make site`` runs it twice, around Sphinx (site/conf.py) and before Pagefind:
+``make site`` runs it twice, around Sphinx (site/conf.py):
 
     python -m tools.build_site sources build/site-src   # README, notebooks, labs, docs, as pages
-    python -m tools.build_site finish build/site         # fail on a broken link; search index
+    python -m tools.build_site finish build/site         # check the links; Pagefind's index
 
 The sources are copies, made from the stored notebooks (nothing is run):
 
@@ -20,10 +20,10 @@ The sources are copies, made from the stored notebooks (nothing is run):
   tagged ``going-deeper`` or ``cpu-only``, a section whose heading starts "Going deeper" or
   "On a CPU-only machine" (its heading shows, its content is folded), ``<details>`` in text.
 
-``finish`` marks each page's article as the part Pagefind indexes, gives the error index's
-headings the most weight (a search for a message finds its entry first), and checks every
-link inside the site: it exits 1, listing them, when a link goes to a page or an anchor that
-is not there.
+``finish`` checks every link inside the built site: it exits 1, listing them, when a link goes
+to a page or an anchor that is not there. Otherwise it writes Pagefind's search index
+(site/pagefind/): each page's article, and each entry of the error index as a result of its
+own, so that a search for the first words of a message finds its entry first.
 """
 
 from __future__ import annotations
