@@ -47,6 +47,12 @@ COURSE ?= course
 ifeq ($(TORCH)$(shell uname -s),cpuLinux)
 $(STAMPT): $(VENVT)/.torch-cpu
 endif
+# The static site (tools/build_site.py, site/conf.py), from its own environment: Sphinx, MyST-NB
+# and Pagefind, pinned in requirements-site.txt. Its sources and HTML go in build/.
+VENVS    ?= .venv-site
+STAMPS   := $(VENVS)/.installed
+SITE_SRC ?= build/site-src
+SITE     ?= build/site
 # The learners' copy of the collection, without solutions (tools/student_copy.py).
 STUDENT_COPY ?= ../student-copy
 
@@ -54,7 +60,7 @@ STUDENT_COPY ?= ../student-copy
 # `make help` lists the targets by who runs them; each target's `## ...` comment is its line.
 FOR_LEARNERS := lab workspace fresh test
 FOR_TEACHERS := teacher classroom student-copy test-classroom measure
-FOR_AUTHORS  := nav labs run-notebooks test-ipywidgets7 test-torch-next clean
+FOR_AUTHORS  := nav labs run-notebooks site test-site test-ipywidgets7 test-torch-next clean
 
 help:  ## This list
 	@for group in "Learners:$(FOR_LEARNERS)" "Teachers:$(FOR_TEACHERS)" "Authors:$(FOR_AUTHORS) help"; do \
@@ -65,7 +71,7 @@ help:  ## This list
 		done; \
 	done
 
-.PHONY: help lab test test-ipywidgets7 test-torch-next test-classroom teacher classroom student-copy install nav labs run-notebooks measure clean
+.PHONY: help site test-site lab test test-ipywidgets7 test-torch-next test-classroom teacher classroom student-copy install nav labs run-notebooks measure clean
 
 lab: $(STAMP) workspace  ## Copy what is new into my-work/ (never over your copies), start JupyterLab there
 	$(BIN)/jupyter lab --ServerApp.root_dir="$(CURDIR)" --port=$(PORT) \
@@ -104,6 +110,23 @@ test-torch-next: $(STAMPN)  ## Unit tests, every notebook and lab again, on the 
 # .ci/run runs it after `make test`.
 test-classroom: $(STAMPT)  ## nbgrader grades every lab and a simulated class (cheats, crash, loop)
 	$(VENVT)/bin/python -m pytest -o addopts="" -p no:cacheprovider -q -n 2 --dist loadfile tests/classroom
+
+# Nothing is run: the pages show the stored outputs. A broken link between pages fails it.
+site: $(STAMPS)  ## The course and its error index as a static, searchable site in build/site
+	PYTHONPATH="$(CURDIR)" $(VENVS)/bin/python -m tools.build_site sources $(SITE_SRC)
+	rm -rf $(SITE)
+	PYTHONPATH="$(CURDIR)" $(VENVS)/bin/python -m sphinx -b html -W --keep-going -q \
+		-c site -d build/site-doctrees $(SITE_SRC) $(SITE)
+	PYTHONPATH="$(CURDIR)" $(VENVS)/bin/python -m tools.build_site finish $(SITE)
+
+# Not part of `make test` (it needs .venv-site); .ci/run runs it after `make test`.
+test-site: site $(STAMP)  ## The built site in headless Chromium: pages, folds, search, nothing hidden
+	$(BIN)/python -m pytest -o addopts="" -p no:cacheprovider -q tests/site
+
+$(STAMPS): requirements-site.txt
+	test -x $(VENVS)/bin/python || $(PYTHON) -m venv $(VENVS)
+	$(VENVS)/bin/python -m pip install --quiet -r requirements-site.txt
+	touch $(STAMPS)
 
 teacher: $(STAMPT)  ## Build .venv-teacher: the learner's environment plus nbgrader
 
@@ -162,4 +185,4 @@ measure: $(STAMP)  ## Run All time, CPU time and peak memory (PSS, all its proce
 	$(BIN)/python -m tools.measure_notebooks $(NB)
 
 clean:  ## Remove the environments and build caches (.venv, .venv-ipyw7, .venv-teacher, ...)
-	rm -rf $(VENV) $(VENV7) $(VENVN) $(VENVT) build *.egg-info .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(VENV7) $(VENVN) $(VENVT) $(VENVS) build *.egg-info .pytest_cache .ruff_cache
