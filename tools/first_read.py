@@ -9,7 +9,7 @@ it closed; everything else is the cell and its text outputs. The same rule as
 tools/reading_time.py. Used to hand a newcomer the notebooks as they read them.
 
 It also counts the collapsed code cells ("bars") that first read meets (:func:`bars`): in
-JupyterLab each is a thin bar to skip. The budget (issue 32, tests/repo/test_bars.py): at most
+JupyterLab each is a thin bar to skip. The budget (tests/repo/test_bars.py): at most
 one per numbered section on average, at most two in one section, none between a question and
 its answer.
 

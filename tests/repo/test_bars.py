@@ -1,4 +1,4 @@
-"""The collapsed-cell budget (issue 32): the bars a first read meets, per numbered section.
+"""The collapsed-cell budget: the bars a first read meets, per numbered section.
 
 In JupyterLab every code cell whose source is collapsed (a check cell, a quiz, the setup helpers)
 is a thin bar a reader skips. A first read meets at most one per `## N.` section on average,
@@ -15,14 +15,14 @@ import pytest
 
 from tools import first_read, lessons
 
-#: Notebooks another engineer is restructuring this round (issue 32): remove a line once its
+#: Notebooks another engineer is restructuring this round: remove a line once its
 #: notebook keeps the budget.
 NOT_YET = {
-    "00_devices.ipynb": "restructured by the prose engineer (issue 32)",
-    "01_tensor_to.ipynb": "restructured by the prose engineer (issue 32)",
-    "06_training_checkpoints.ipynb": "restructured by the prose engineer (issue 32)",
-    "07_moving_data_fast.ipynb": "restructured by the prose engineer (issue 32)",
-    "08_many_devices.ipynb": "split into 09 and 10 by the distributed engineer (issue 32)",
+    "00_devices.ipynb": "restructured by the prose engineer",
+    "01_tensor_to.ipynb": "restructured by the prose engineer",
+    "06_training_checkpoints.ipynb": "restructured by the prose engineer",
+    "07_moving_data_fast.ipynb": "restructured by the prose engineer",
+    "08_many_devices.ipynb": "split into 09 and 10 by the distributed engineer",
 }
 
 

@@ -82,7 +82,7 @@ def test_lesson_code_cells_stay_short(path):
         lines = [line for line in cell.source.splitlines()
                  if line.strip() and line != build_nav.CHECK_TITLE
                  and line not in build_nav.OPTIONAL_TITLES.values()]  # titles are generated
-        # A check cell holds a whole section's checks (one folded bar per section, issue 32):
+        # A check cell holds a whole section's checks (one folded bar per section):
         # a first read never opens it, so it may be longer than a cell a reader reads.
         limit = CHECK_CELL_LINES if CHECK_TAG in cell.metadata.get("tags", []) else 15
         assert len(lines) <= limit, f"code cell {index} has {len(lines)} lines; split it"
