@@ -32,14 +32,16 @@ code line (:func:`assert_share`; at most ``ASSERT_SHARE_LIMIT``, 5%). A fact sta
 check cell (tag ``CHECK_TAG``, ``hidden-check``) right below the cell that shows it; make nav
 folds it, so its lines are in neither the reading time nor the share.
 
-Why these constants: 150 words a minute is a careful pace for technical prose read to learn
-(everyday reading runs at 200-250); a few seconds a line is enough to read a short line of
-code, see what it does and run it; an output is glanced at and checked against the prose, a
-figure looked at for longer; a quiz asks the reader to stop and think. Checked against the one
-measurement we have: a newcomer read the README and notebooks 00-06 in about 3.5
-hours, 04 in 45 minutes. With these constants 00-06 as they were then add up to 201 minutes
-(3.4 hours; the README is not counted) and 04 to 36 minutes: the estimate counts what there is
-to read, not how hard it is, and that reader rated 04's clarity 2 out of 5.
+Why these constants: they are fitted to what first readers took. Nine readers' main-flow
+minutes, each notebook read cold in one sitting with folds closed (00 17, 01 19, 02 22, 03 27,
+04 24, 05 27, 06 35, 07 38, 08 43), against each notebook's tally at the commit they read: a
+least-squares fit of the seconds per word and per code line, with the output, figure and quiz
+costs held at 15, 30 and 60 seconds, gives 178 words a minute and 11.0 s a code line, rounded
+here to 180 and 11. Every notebook's estimate is then within 11% of its readers' minutes, and
+00-06 add up to 171 minutes, as the readers' did. A code line costs more than reading it: a
+first reader matches it to the prose, runs it and reads what it printed. The fit, its residuals
+and the earlier constants (150 words a minute, 5 s a line: 30% optimistic) are in
+docs/runs.md ("Reading times"); refit there when a new round of readers reports minutes.
 
 Used by tools/build_nav.py (the README table's "Read" column) and tests/repo/test_reading_time.py.
 """
@@ -55,8 +57,8 @@ from pathlib import Path
 
 from tools import lessons
 
-WORDS_PER_MINUTE = 150
-SECONDS_PER_CODE_LINE = 5
+WORDS_PER_MINUTE = 180
+SECONDS_PER_CODE_LINE = 11
 SECONDS_PER_OUTPUT = 15
 SECONDS_PER_FIGURE = 30
 SECONDS_PER_QUIZ = 60

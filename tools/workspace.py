@@ -48,6 +48,7 @@ NUMBERED = re.compile(r"^\d\d_[a-z0-9_]+\.ipynb$")
 ASKS = re.compile(r"(?m)(^|\*\*|[.!?:]\s+)Predict\b")
 ANSWER_TAG = "answer"  # a code cell whose outputs a learner's copy opens without
 NOT_ANSWER_TAG = "not-answer"  # never cleared, even right after a question
+CHECK_TAG = "hidden-check"  # a check cell (tools.reading_time.CHECK_TAG): prints nothing
 README = """\
 # My work
 
@@ -90,31 +91,74 @@ def _tags(cell: dict) -> list[str]:
     return cell.get("metadata", {}).get("tags", [])
 
 
-def answer_cells(cells: list[dict]) -> list[int]:
-    """Return the indexes of the answer cells in ``cells`` (a notebook's cells).
+def _is_quiz(cell: dict) -> bool:
+    return cell["cell_type"] == "code" and _text(cell).lstrip().startswith("utils.quiz(")
 
-    An answer cell is a code cell whose output answers a question asked before it:
-    - a code cell tagged ``answer``;
-    - the first code cell after a markdown cell that asks for a prediction (``ASKS``), not
-      counting quiz cells (``utils.quiz(...)``, whose output is the question) in between. Only
-      code cells may lie between: where a markdown cell comes first, tag the answer instead.
-      A lab's exercise (a cell with a ``raise NotImplementedError()`` stub) is where the
-      learner writes the answer, not one: the search stops there.
-    A cell tagged ``not-answer`` is never one. Used by ``make lab`` (the my-work copies).
+
+def _asks(cell: dict) -> bool:
+    return cell["cell_type"] == "markdown" and bool(ASKS.search(_text(cell)))
+
+
+def _runs_nothing_to_read(cell: dict) -> bool:
+    """A code cell that cannot be an answer: a quiz (its output is the question), a check cell
+    (it prints nothing) or a cell that only writes a file (``%%writefile``)."""
+    text = _text(cell).lstrip()
+    return (_is_quiz(cell) or CHECK_TAG in _tags(cell)
+            or text.startswith(("%%writefile", "%%file")))
+
+
+def questions(cells: list[dict]) -> list[tuple[int, int | None]]:
+    """Return ``(question, answer)`` index pairs for the questions in ``cells``.
+
+    A question is a markdown cell that asks for a prediction (``ASKS``), or a quiz cell
+    (``utils.quiz(...)``) that does not come right after one (then it is that question's quiz).
+    Its answer, searched up to the next question:
+    - the first code cell tagged ``answer``;
+    - else the first code cell after it, skipping quizzes, check cells and ``%%writefile``
+      cells. After a markdown question only code cells may lie between (where a markdown cell
+      comes first, tag the answer instead); after a quiz, whose text says "run the next cell",
+      markdown may lie between, up to the next numbered section (a ``##`` heading). A lab's
+      exercise (a ``raise NotImplementedError()`` stub) is where the learner writes the answer,
+      not one: the search stops there.
+    ``None`` where no answer was found. A cell tagged ``not-answer`` is never one. Introduced
+    for ``make lab`` (the my-work copies).
     """
-    found = set()
+    starts = []
     for index, cell in enumerate(cells):
-        if cell["cell_type"] == "code" and ANSWER_TAG in _tags(cell):
-            found.add(index)
-        if cell["cell_type"] != "markdown" or not ASKS.search(_text(cell)):
-            continue
-        for later in range(index + 1, len(cells)):
+        after_asking = index > 0 and _asks(cells[index - 1])
+        if _asks(cell) or (_is_quiz(cell) and not after_asking):
+            starts.append(index)
+    pairs = []
+    for number, start in enumerate(starts):
+        end = starts[number + 1] if number + 1 < len(starts) else len(cells)
+        tagged = [i for i in range(start + 1, end)
+                  if cells[i]["cell_type"] == "code" and ANSWER_TAG in _tags(cells[i])]
+        found = tagged[0] if tagged else None
+        for later in range(start + 1, end if not tagged else start + 1):
             candidate = cells[later]
-            if candidate["cell_type"] != "code" or "raise NotImplementedError" in _text(candidate):
+            if candidate["cell_type"] == "markdown":
+                if not _is_quiz(cells[start]) or re.search(r"(?m)^#{1,2}\s", _text(candidate)):
+                    break
+                continue
+            if "raise NotImplementedError" in _text(candidate):
                 break
-            if not _text(candidate).startswith("utils.quiz("):
-                found.add(later)
+            if not _runs_nothing_to_read(candidate):
+                found = later
                 break
+        if found is not None and NOT_ANSWER_TAG in _tags(cells[found]):
+            found = None
+        pairs.append((start, found))
+    return pairs
+
+
+def answer_cells(cells: list[dict]) -> list[int]:
+    """Return the indexes of the answer cells in ``cells`` (a notebook's cells): the answer of
+    each of its :func:`questions`, and every code cell tagged ``answer``; never a cell tagged
+    ``not-answer``. Used by ``make lab`` (the my-work copies).
+    """
+    found = {answer for _, answer in questions(cells) if answer is not None}
+    found |= {i for i, cell in enumerate(cells)
+              if cell["cell_type"] == "code" and ANSWER_TAG in _tags(cell)}
     return sorted(i for i in found if NOT_ANSWER_TAG not in _tags(cells[i]))
 
 

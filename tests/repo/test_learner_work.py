@@ -7,6 +7,7 @@ each test copies one lab into a temporary folder and works on that.
 
 from __future__ import annotations
 
+import ast
 import datetime
 import json
 import os
@@ -224,6 +225,57 @@ def test_every_prediction_question_in_a_lesson_has_an_answer_cell_to_clear():
         "a 'Predict' question whose answer cell the rule cannot find: tag that cell `answer`")
     assert not UNANSWERED_UNTIL_TAGGED.keys() - unanswered, (
         "tagged now: remove it from UNANSWERED_UNTIL_TAGGED")
+
+
+def test_a_quiz_on_its_own_is_a_question_answered_by_the_next_code_cell_that_runs_something():
+    cells = _cells(
+        ("markdown", "## 1. Lesson", []),
+        ("code", "utils.quiz('How many bytes?', choices=['0', '8'], answer='0')", []),  # 1
+        ("markdown", "A word before the answer, allowed after a quiz.", []),
+        ("code", "assert True", ["hidden-check"]),  # a check cell prints nothing: skipped
+        ("code", "%%writefile script.py\nprint(1)", []),  # writes a file: skipped
+        ("code", "print(ledger.bytes_moved)", []),  # 5: the answer
+        ("code", "utils.quiz('Which?', choices=['a', 'b'], answer='a')", []),  # 6
+        ("markdown", "## 2. The next section", []),  # a new section: no answer for quiz 6
+        ("code", "print('unrelated')", []),
+    )
+    assert workspace.questions(cells) == [(1, 5), (6, None)]
+    assert workspace.answer_cells(cells) == [5]
+
+
+def _quiz_answer(source: str) -> str:
+    """The ``answer=`` of a ``utils.quiz(...)`` cell."""
+    call = ast.parse(source).body[0].value
+    return next(ast.literal_eval(k.value) for k in call.keywords if k.arg == "answer")
+
+
+def _output_text(cell: dict) -> str:
+    texts = []
+    for output in cell.get("outputs", []):
+        texts.append(output.get("text", "") if isinstance(output.get("text", ""), str)
+                     else "".join(output["text"]))
+        for value in output.get("data", {}).values():
+            texts.append(value if isinstance(value, str) else "".join(map(str, value)))
+    return "\n".join(texts)
+
+
+@pytest.mark.parametrize("path", lessons.lesson_notebooks(), ids=lambda p: p.name)
+def test_no_questions_answer_is_visible_in_the_learners_copy(path, tmp_path):
+    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    copy = tmp_path / path.name
+    workspace.learners_copy(path, copy)
+    mine = json.loads(copy.read_text(encoding="utf-8"))["cells"]
+    for question, answer in workspace.questions(cells):
+        where = f"{path.name}, the question in cell {question}"
+        assert answer is not None, f"{where}: no answer cell found; tag the cell `answer`"
+        assert not mine[answer].get("outputs"), f"{where}: its answer (cell {answer}) is shown"
+        quizzes = [i for i in range(question, answer)
+                   if workspace._text(cells[i]).startswith("utils.quiz(")]
+        for quiz in quizzes:  # the right choice is printed nowhere before the answer is run
+            right = _quiz_answer(workspace._text(cells[quiz]))
+            shown = [i for i in range(question, answer) if i not in quizzes
+                     and right in _output_text(mine[i])]
+            assert not shown, f"{where}: cells {shown} print the quiz's answer {right!r}"
 
 
 # --- an update of the course: git pull in a learner's clone ----------------------------------

@@ -8,7 +8,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from tools import build_nav, lessons
+from tools import build_nav, lessons, reading_time
 
 RAISES_TAG = "raises-exception"
 MACHINE_PATH = re.compile(r"(/tmp/|/root/|/home/|/Users/|[A-Z]:\\\\Users|/work/|site-packages)")
@@ -70,6 +70,10 @@ def test_lesson_follows_the_skeleton(path):
     assert re.search(r"^## Practise", markdown, re.M)
 
 
+CHECK_TAG = reading_time.CHECK_TAG
+CHECK_CELL_LINES = 40
+
+
 @pytest.mark.parametrize("path", LESSONS, ids=_id)
 def test_lesson_code_cells_stay_short(path):
     for index, cell in enumerate(_code_cells(path)):
@@ -78,7 +82,10 @@ def test_lesson_code_cells_stay_short(path):
         lines = [line for line in cell.source.splitlines()
                  if line.strip() and line != build_nav.CHECK_TITLE
                  and line not in build_nav.OPTIONAL_TITLES.values()]  # titles are generated
-        assert len(lines) <= 15, f"code cell {index} has {len(lines)} lines; split it"
+        # A check cell holds a whole section's checks (one folded bar per section):
+        # a first read never opens it, so it may be longer than a cell a reader reads.
+        limit = CHECK_CELL_LINES if CHECK_TAG in cell.metadata.get("tags", []) else 15
+        assert len(lines) <= limit, f"code cell {index} has {len(lines)} lines; split it"
 
 
 @pytest.mark.parametrize("path", LESSONS, ids=_id)
