@@ -10,9 +10,11 @@ from torch import nn
 from labchecks.feedback import (
     FAILED,
     PASSED,
+    STAND_IN_GPU,
     Feedback,
     attempt,
     device_name,
+    gpu_placement_problem,
     moved_and_dropped,
     rebinds,
     recorded_to_calls,
@@ -104,6 +106,9 @@ def check_prepare(prepare: Callable, other: torch.device) -> Feedback:
                         "when the batch is already on the device, prepare still made a new "
                         "tensor. Did you use copy=True, .clone() or zeros_like? Tensor.to returns "
                         "the tensor itself when nothing changes: no copy needed.")
+    problem = gpu_placement_problem(exercise, prepare, batch, STAND_IN_GPU)
+    if problem is not None:
+        return problem
     return Feedback(exercise, PASSED, "the batch arrives on the device, and a batch that is "
                                       "already there is passed through without a copy.")
 
@@ -255,6 +260,14 @@ def check_model_and_optimizer(build: Callable, other: torch.device) -> Feedback:
                                               + built_before)
         return Feedback(exercise, FAILED, "the optimizer does not hold model.parameters(): build "
                                           "it with torch.optim.Adagrad(model.parameters()).")
+    owned = list(model.parameters())
+    left_out = [name for name, p in model.named_parameters() if not any(h is p for h in held)]
+    if left_out:
+        return Feedback(exercise, FAILED,
+                        f"the optimizer holds {len(owned) - len(left_out)} of the model's "
+                        f"{len(owned)} parameters: {', '.join(left_out)} would never train "
+                        "(the optimizer updates only what it was given). Give it them all: "
+                        "torch.optim.Adagrad(model.parameters()).")
     on_cpu, problem = attempt(exercise, build, torch.device("cpu"))
     if problem is not None:
         return problem
@@ -266,6 +279,9 @@ def check_model_and_optimizer(build: Callable, other: torch.device) -> Feedback:
         return Feedback(exercise, FAILED, f"asked for cpu, build put the model on "
                                           f"{', '.join(found)}: {fixed}. Use the `device` "
                                           "argument as it is.")
+    problem = gpu_placement_problem(exercise, build, STAND_IN_GPU)
+    if problem is not None:
+        return problem
     return Feedback(exercise, PASSED, "model on the device, optimizer built after it: its "
                                       "parameters and its state are all where they belong.")
 
@@ -348,5 +364,8 @@ def check_trainable(make: Callable, other: torch.device) -> Feedback:
             torch.equal(on_cpu.detach().to("cpu", torch.float32), torch.tensor(values)):
         return Feedback(exercise, FAILED, f"make_trainable({values}, 'cpu') did not return "
                                           "those values: start from `values`, not new numbers.")
+    problem = gpu_placement_problem(exercise, make, list(values), STAND_IN_GPU)
+    if problem is not None:
+        return problem
     return Feedback(exercise, PASSED, "a leaf on the device that requires grad: backward() "
                                       "fills its .grad and an optimizer can train it.")
