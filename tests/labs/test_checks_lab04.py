@@ -162,6 +162,103 @@ WRONG_MODELS = {
 }
 
 
+# Written fresh, never tuned against (issue 37): whole classes in other styles; wrong: noise
+# made on the CPU and copied every forward, a trainable scale, containers the audit sees.
+def fresh_model(init, run):
+    class Model(nn.Module):
+        def __init__(self):
+            super().__init__()
+            init(self)
+
+        def forward(self, x):
+            return run(self, x)
+
+    return lambda: Model()
+
+
+def init_scalar_buffer(self):
+    self.blocks = nn.ModuleList()
+    for n in (4, 16):
+        self.blocks.append(nn.Linear(n, 16))
+    self.register_buffer("scale", torch.tensor(0.5))
+    self.head = nn.Linear(16, 3)
+
+
+def init_named_layers(self):
+    self.first, self.second = nn.Linear(4, 16), nn.Linear(16, 16)
+    self.register_buffer("scale", torch.ones(16) * 0.5)
+    self.head = nn.Linear(16, 3)
+
+
+def init_trainable_scale(self):
+    self.blocks = nn.ModuleList([nn.Linear(4, 16), nn.Linear(16, 16)])
+    self.scale = nn.Parameter(torch.full((16,), 0.5))
+    self.head = nn.Linear(16, 3)
+
+
+def init_trainable_scalar_scale(self):
+    self.blocks = nn.ModuleList([nn.Linear(4, 16), nn.Linear(16, 16)])
+    self.scale = nn.Parameter(torch.tensor(0.5))
+    self.head = nn.Linear(16, 3)
+
+
+def init_dict_of_layers(self):
+    self.blocks = {"first": nn.Linear(4, 16), "second": nn.Linear(16, 16)}
+    self.register_buffer("scale", torch.full((16,), 0.5))
+    self.head = nn.Linear(16, 3)
+
+
+def forward_blocks(noise):
+    def forward(self, x):
+        blocks = self.blocks.values() if isinstance(self.blocks, dict) else self.blocks
+        for block in blocks:
+            x = torch.relu(block(x)) * self.scale
+        if self.training:
+            x = noise(x)
+        return self.head(x)
+
+    return forward
+
+
+def forward_named(self, x):
+    x = self.scale * torch.relu(self.first(x))
+    x = self.scale * torch.relu(self.second(x))
+    return self.head(x + torch.randn_like(x).mul(0.1) if self.training else x)
+
+
+RIGHT_MODELS.update({
+    "fresh: appended ModuleList, scalar buffer, mul(0.1)": fresh_model(
+        init_scalar_buffer, forward_blocks(lambda x: x + torch.randn_like(x).mul(0.1))),
+    "fresh: named layers, one-line noise": fresh_model(init_named_layers, forward_named),
+    "fresh: randn(x.size(), dtype, device)": fresh_model(
+        init_scalar_buffer, forward_blocks(
+            lambda x: x + 0.1 * torch.randn(x.size(), dtype=x.dtype, device=x.device))),
+})
+WRONG_MODELS.update({
+    "fresh: noise made on the CPU, then copied": (
+        fresh_model(init_scalar_buffer,
+                    forward_blocks(lambda x: x + 0.1 * torch.randn(x.shape).to(x.device))),
+        ["copies it there on every call", "torch.randn_like(x)"]),
+    "fresh: noise copied with .to(x)": (
+        fresh_model(init_scalar_buffer,
+                    forward_blocks(lambda x: x + (0.1 * torch.randn(x.shape)).to(x))),
+        ["copies it there on every call"]),
+    "fresh: a trainable scale": (
+        fresh_model(init_trainable_scale, forward_blocks(lambda x: x + 0.1 * torch.randn_like(x))),
+        ["`self.scale` is an nn.Parameter that requires grad", "register_buffer"]),
+    "fresh: a trainable scalar scale": (
+        fresh_model(init_trainable_scalar_scale,
+                    forward_blocks(lambda x: x + 0.1 * torch.randn_like(x))),
+        ["`self.scale` is an nn.Parameter", "fixed"]),
+    "fresh: layers in a dict": (
+        fresh_model(init_dict_of_layers, forward_blocks(lambda x: x + 0.1 * torch.randn_like(x))),
+        ["is a Python dict of layers", "nn.ModuleDict"]),
+    "python list of layers": (make_build_model("list"), ["Python list of layers"]),
+    "plain tensor attribute": (make_build_model("attribute"), ["plain tensor attribute"]),
+    "cuda noise": (make_build_model("cuda-noise"), ["hard-coded 'cuda'"]),
+})
+
+
 @pytest.mark.parametrize(("build", "phrases"), WRONG_MODELS.values(), ids=WRONG_MODELS)
 def test_model_names_the_misconception_of_each_wrong_answer(build, phrases):
     assert_one_line(_status(checks.check_device_agnostic_model(build, DEVICE, OTHER),
@@ -432,6 +529,7 @@ def test_train_step_stub_is_not_attempted():
 
 def make_predict(ending):
     def predict(model, inputs, device):
+        model.eval()
         probabilities = model(inputs.to(device)).softmax(dim=1)
         return ending(probabilities)
 
@@ -463,7 +561,7 @@ def test_predict_names_numpy_on_a_tensor_that_requires_grad():
 def test_predict_of_the_script_is_told_about_the_device_first():
     """The script's bare `.numpy()` fails twice on the CPU; the device is named first."""
     _status(checks.check_predict(make_predict(lambda p: p.numpy()), DEVICE, OTHER),
-            FAILED, "can't convert meta device type tensor", ".detach().cpu().numpy()")
+            FAILED, "can't convert meta device type tensor", "`.cpu().numpy()`")
 
 
 @pytest.mark.parametrize(("device", "other", "expected"), [
@@ -583,6 +681,76 @@ WRONG_SETUPS = {
 }
 
 
+# Written fresh (issue 37); wrong: branches only a GPU machine runs, the device's index dropped.
+def setup_weights_made_there(model, device):
+    model = model.to(device)
+    loss_fn = nn.CrossEntropyLoss(weight=torch.as_tensor([1.0, 2.0, 1.0]).to(device))
+    return model, loss_fn, torch.optim.SGD(model.parameters(), lr=1.0)
+
+
+def setup_loss_moved_after(model, device):
+    model.to(device=device)
+    loss_fn = nn.CrossEntropyLoss(weight=torch.tensor(WEIGHTS))
+    loss_fn = loss_fn.to(device)
+    return model, loss_fn, torch.optim.SGD(model.parameters(), lr=1.0)
+
+
+def setup_in_a_device_block(model, device):
+    model.to(device)
+    with torch.device(device):
+        loss_fn = nn.CrossEntropyLoss(weight=torch.tensor(WEIGHTS))
+    return model, loss_fn, torch.optim.SGD(model.parameters(), lr=1.0)
+
+
+def setup_cuda_branch(model, device):
+    model = model.cuda() if torch.cuda.is_available() else model.to(device)
+    loss_fn = nn.CrossEntropyLoss(weight=torch.tensor(WEIGHTS)).to(device)
+    return model, loss_fn, torch.optim.SGD(model.parameters(), lr=1.0)
+
+
+def setup_type_only(model, device):
+    model.to(device.type)
+    loss_fn = nn.CrossEntropyLoss(weight=torch.tensor(WEIGHTS)).to(device.type)
+    return model, loss_fn, torch.optim.SGD(model.parameters(), lr=1.0)
+
+
+def setup_weights_on_a_cuda_branch(model, device):
+    model.to(device)
+    where = "cuda" if torch.cuda.is_available() else device
+    loss_fn = nn.CrossEntropyLoss(weight=torch.tensor(WEIGHTS, device=where))
+    return model, loss_fn, torch.optim.SGD(model.parameters(), lr=1.0)
+
+
+def setup_not_moved(model, device):
+    loss_fn = nn.CrossEntropyLoss(weight=torch.tensor(WEIGHTS)).to(device)
+    return model, loss_fn, torch.optim.SGD(model.parameters(), lr=1.0)
+
+
+def setup_optimizer_first(model, device):
+    optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
+    model = model.to(device)
+    return model, nn.CrossEntropyLoss(weight=torch.tensor(WEIGHTS)).to(device), optimizer
+
+
+def setup_weights_changed(model, device):
+    model.to(device)
+    return (model, nn.CrossEntropyLoss(weight=torch.ones(3)).to(device),
+            torch.optim.SGD(model.parameters(), lr=1.0))
+
+
+RIGHT_SETUPS.update({f"fresh: {f.__name__}": f for f in (
+    setup_weights_made_there, setup_loss_moved_after, setup_in_a_device_block)})
+WRONG_SETUPS.update({
+    "fresh: a .cuda() branch": (setup_cuda_branch, ["`.cuda()` sends it to the current GPU"]),
+    "fresh: the device's type only": (setup_type_only, ["'cuda' without the index"]),
+    "fresh: weights on a 'cuda' branch": (setup_weights_on_a_cuda_branch,
+                                          ["'cuda' without the index"]),
+    "model not moved": (setup_not_moved, ["the model is still on cpu"]),
+    "optimizer built first": (setup_optimizer_first, ["optimizer does not hold the model's"]),
+    "weights changed": (setup_weights_changed, ["class weights changed"]),
+})
+
+
 @pytest.mark.parametrize("build", RIGHT_SETUPS.values(), ids=RIGHT_SETUPS)
 def test_setup_accepts_every_correct_style(build):
     _status(checks.check_training_setup(build, DEVICE, OTHER), PASSED)
@@ -635,6 +803,41 @@ WRONG_STEPS = {
 }
 
 
+def step_cuda_branch(model, loss_fn, optimizer, inputs, targets, device):
+    if torch.cuda.is_available():
+        inputs, targets = inputs.cuda(), targets.cuda()
+    else:
+        inputs, targets = inputs.to(device), targets.to(device)
+    return step_with(lambda i, t, d: (i, t))(model, loss_fn, optimizer, inputs, targets, device)
+
+
+def step_no_optimizer_step(model, loss_fn, optimizer, inputs, targets, device):
+    loss = loss_fn(model(inputs.to(device)), targets.to(device))
+    optimizer.zero_grad()
+    loss.backward()
+    return loss.detach()
+
+
+RIGHT_STEPS.update({
+    "fresh: list of both": step_with(lambda i, t, d: [x.to(d) for x in (i, t)]),
+    "fresh: map": step_with(lambda i, t, d: tuple(map(lambda x: x.to(d), (i, t)))),
+    "fresh: like the model's output": step_with(
+        lambda i, t, d: (i.to(d, non_blocking=True), t.to(device=d, non_blocking=True))),
+})
+WRONG_STEPS.update({
+    "fresh: a .cuda() branch": (step_cuda_branch, ["`.cuda()` sends it to the current GPU"]),
+    "fresh: the device's type only": (step_with(lambda i, t, d: (i.to(d.type), t.to(d.type))),
+                                      ["'cuda' without the index"]),
+    "fresh: inputs only": (step_with(lambda i, t, d: (i.to(d), t)),
+                           ["The targets stay on the CPU"]),
+    "fresh: targets only": (step_with(lambda i, t, d: (i, t.to(d))),
+                            ["The inputs stay on the CPU"]),
+    "neither moved": (step_with(lambda i, t, d: (i, t)), ["The inputs stay", "The targets stay"]),
+    "cuda": (step_with(lambda i, t, d: (i.cuda(), t.cuda())), ["hard-coded 'cuda'"]),
+    "no optimizer.step()": (step_no_optimizer_step, ["the weights did not change"]),
+})
+
+
 @pytest.mark.parametrize("step", RIGHT_STEPS.values(), ids=RIGHT_STEPS)
 def test_train_step_accepts_every_correct_style(step):
     _status(checks.check_train_step(step, DEVICE, OTHER), PASSED)
@@ -652,13 +855,14 @@ def test_an_overridden_device_is_not_blamed_on_unmoved_inputs():
 
 
 def predict_no_grad(model, inputs, device):
+    model.eval()
     with torch.no_grad():
         return model(inputs.to(device)).softmax(dim=1).cpu().numpy()
 
 
 def predict_overrides_device(model, inputs, device):
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return model(inputs.to(device)).softmax(dim=1).detach().cpu().numpy()
+    return model.eval()(inputs.to(device)).softmax(dim=1).detach().cpu().numpy()
 
 
 RIGHT_PREDICTS = {
@@ -677,6 +881,68 @@ WRONG_PREDICTS = {
 }
 
 
+# Written fresh (issue 37): eval + inference_mode needs no .detach(); wrong: predictions in
+# training mode, a GPU-only branch, the device's index dropped.
+def predict_solution(model, inputs, device):
+    model.eval()
+    with torch.inference_mode():
+        probabilities = model(inputs.to(device)).softmax(dim=1)
+    return probabilities.cpu().numpy()
+
+
+def predict_train_false_no_grad(model, inputs, device):
+    model.train(False)
+    with torch.no_grad():
+        return np.array(model(inputs.to(device)).softmax(1).cpu())
+
+
+def predict_inference_force(model, inputs, device):
+    model.eval()
+    with torch.inference_mode():
+        return model(inputs.to(device)).softmax(dim=-1).numpy(force=True)
+
+
+def predict_in_training_mode(model, inputs, device):
+    return model(inputs.to(device)).softmax(dim=1).detach().cpu().numpy()
+
+
+def predict_inference_without_eval(model, inputs, device):
+    with torch.inference_mode():
+        return model(inputs.to(device)).softmax(dim=1).cpu().numpy()
+
+
+def predict_cuda_branch(model, inputs, device):
+    model.eval()
+    inputs = inputs.cuda() if torch.cuda.is_available() else inputs.to(device)
+    with torch.inference_mode():
+        return model(inputs).softmax(dim=1).cpu().numpy()
+
+
+def predict_type_only(model, inputs, device):
+    model.eval()
+    with torch.inference_mode():
+        return model(inputs.to(device.type)).softmax(dim=1).cpu().numpy()
+
+
+def predict_numpy_on_the_device(model, inputs, device):
+    model.eval()
+    with torch.inference_mode():
+        return model(inputs.to(device)).softmax(dim=1).numpy()
+
+
+RIGHT_PREDICTS.update({f"fresh: {f.__name__}": f for f in (
+    predict_solution, predict_train_false_no_grad, predict_inference_force)})
+WRONG_PREDICTS.update({
+    "fresh: training mode": (predict_in_training_mode, ["training mode", "model.eval()"]),
+    "fresh: inference_mode without eval": (predict_inference_without_eval, ["training mode"]),
+    "fresh: a .cuda() branch": (predict_cuda_branch, ["`.cuda()` sends it to the current GPU"]),
+    "fresh: the device's type only": (predict_type_only, ["'cuda' without the index"]),
+    "fresh: numpy on the device": (predict_numpy_on_the_device, ["main memory", "`.cpu()"]),
+    "requires grad": (make_predict(lambda p: p.cpu().numpy()), ["requires grad", "inference_mode"]),
+    "a tensor": (make_predict(lambda p: p.detach()), ["return a NumPy array"]),
+})
+
+
 @pytest.mark.parametrize("predict", RIGHT_PREDICTS.values(), ids=RIGHT_PREDICTS)
 def test_predict_accepts_every_correct_style(predict):
     _status(checks.check_predict(predict, DEVICE, OTHER), PASSED)
@@ -690,5 +956,11 @@ def test_predict_names_the_misconception(predict, phrases):
 
 @pytest.mark.parametrize("table", [RIGHT_MODELS, RIGHT_SETUPS, RIGHT_STEPS, RIGHT_PREDICTS],
                          ids=["exercise 1", "exercise 2", "exercise 3", "exercise 4"])
-def test_every_exercise_has_at_least_six_differently_written_right_answers(table):
-    assert len(table) >= 6
+def test_every_exercise_has_at_least_eight_differently_written_right_answers(table):
+    assert len(table) >= 8
+
+
+@pytest.mark.parametrize("table", [WRONG_MODELS, WRONG_SETUPS, WRONG_STEPS, WRONG_PREDICTS],
+                         ids=["exercise 1", "exercise 2", "exercise 3", "exercise 4"])
+def test_every_exercise_has_at_least_ten_wrong_answers(table):
+    assert len(table) >= 10
