@@ -471,10 +471,11 @@ class GpuRun:
         return [d for d in self.named if d != asked]
 
 
-def misplaced_gpu(run: GpuRun, asked: torch.device = STAND_IN_GPU) -> str | None:
+def misplaced_gpu(run: GpuRun, asked: torch.device = STAND_IN_GPU,
+                  fix: str = "`.to(device)`") -> str | None:
     """The clause naming why ``run`` put something on another GPU than ``asked``, else None:
     "`.cuda()` sends it to the current GPU (cuda:0), not to cuda:1, the device you were
-    given", or the same for a device named without its index."""
+    given", or the same for a device named without its index; ``fix`` says what to write."""
     wrong = run.elsewhere(asked)
     if not wrong:
         return None
@@ -486,7 +487,7 @@ def misplaced_gpu(run: GpuRun, asked: torch.device = STAND_IN_GPU) -> str | None
     else:
         said = f"you sent it to {wrong[0]}"
     return (f"given {asked} (as on a machine with two GPUs), {said}, not to {asked}, the "
-            "device you were given. Pass the `device` argument itself: `.to(device)`")
+            f"device you were given. Pass the `device` argument itself: {fix}")
 
 
 def _as_cuda(value) -> torch.device | None:
@@ -607,15 +608,17 @@ def as_if_on_gpu() -> Iterator[GpuRun]:
         yield run
 
 
-def gpu_placement_problem(exercise: str, function: Callable, *args) -> Feedback | None:
+def gpu_placement_problem(exercise: str, function: Callable, *args,
+                          fix: str = "`.to(device)`") -> Feedback | None:
     """Run ``function(*args)`` under :func:`as_if_on_gpu` (``args`` hold
     :data:`STAND_IN_GPU` as the device): a failed Feedback when it puts anything on another
     GPU than that one (a ``.cuda()`` branch, a device without its index), else None. What
-    it raised is not judged (a real GPU may be needed there); what it named before is."""
+    it raised is not judged (a real GPU may be needed there); what it named before is.
+    ``fix``: what to write instead, said last."""
     with as_if_on_gpu() as run:
         try:
             function(*args)
         except Exception:  # noqa: S110 - judged by what it named, not by what a stand-in lacks
             pass
-    wrong = misplaced_gpu(run)
+    wrong = misplaced_gpu(run, fix=fix)
     return None if wrong is None else Feedback(exercise, FAILED, wrong + ".")

@@ -21,12 +21,14 @@ from torch import nn
 from labchecks.feedback import (
     FAILED,
     PASSED,
+    STAND_IN_GPU,
     Feedback,
     NotAttempted,
     call,
     device_name,
     explain,
     first_line,
+    gpu_placement_problem,
     loaded_unsafely,
     moved_and_dropped,
     not_a_function,
@@ -186,6 +188,11 @@ def check_gpu_checkpoint(load_gpu_checkpoint: Callable, device: str | torch.devi
                                                       "saved ones: return what torch.load read.")
     except NotAttempted:
         return not_attempted(exercise)
+    problem = gpu_placement_problem(exercise, load_gpu_checkpoint,
+                                    folder / "lab05_check_cuda0.pt", STAND_IN_GPU,
+                                    fix="map_location=device")
+    if problem is not None:
+        return problem
     return Feedback(exercise, PASSED, "files tagged cuda:0, cuda:1 and mps all load onto the "
                                       "device you ask for: map_location=device overrides every "
                                       "saved tag.")
