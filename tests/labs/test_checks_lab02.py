@@ -25,8 +25,8 @@ RIGHT_WHERE = {
     "with index": lambda: "cpu:0",
     "a torch.device": lambda: torch.device("cpu"),
     "str of a device": lambda: str(torch.device("cpu")),
-    "capitalised": lambda: "Cpu",
-    "a device's type": lambda: torch.device("cpu").type,
+    "fresh: capitalised": lambda: "Cpu",
+    "fresh: a device's type": lambda: torch.device("cpu").type,
     "device of a new tensor": lambda: str(torch.ones(1).device),
 }
 WRONG_WHERE = {
@@ -36,10 +36,10 @@ WRONG_WHERE = {
     "cuda:0": (lambda: "cuda:0", "never changes the tensor you call it on"),
     "mps": (lambda: "mps", "never changes the tensor you call it on"),
     "not a device": (lambda: "gpu please", "is not a device name"),
-    "the second GPU": (lambda: "cuda:1", "never changes the tensor you call it on"),
-    "a meta device object": (lambda: torch.device("meta"), "never changes the tensor"),
-    "left as None": (lambda: None, "is not a device name"),
-    "gpu": (lambda: "gpu", "is not a device name"),
+    "fresh: the second GPU": (lambda: "cuda:1", "never changes the tensor you call it on"),
+    "fresh: a meta device object": (lambda: torch.device("meta"), "never changes the tensor"),
+    "fresh: left as None": (lambda: None, "is not a device name"),
+    "fresh: gpu": (lambda: "gpu", "is not a device name"),
 }
 
 
@@ -209,9 +209,9 @@ def prepare_clone_after(batch, device):
     return batch.to(device).clone()
 
 
-RIGHT_PREPARE.update({f.__name__: f for f in (
+RIGHT_PREPARE.update({f"fresh: {f.__name__}": f for f in (
     prepare_guarded, prepare_pinned_flag, prepare_as_tensor, prepare_all_keywords)})
-WRONG_PREPARE.update({f.__name__: (f, phrases) for f, phrases in (
+WRONG_PREPARE.update({f"fresh: {f.__name__}": (f, phrases) for f, phrases in (
     (prepare_cuda_branch, ["`.cuda()` sends it to the current GPU (cuda:0)", "cuda:1"]),
     (prepare_type_only, ["'cuda' without the index", "cuda:1"]),
     (prepare_rebuilt_from_type, ["'cuda' without the index"]),
@@ -298,6 +298,7 @@ RIGHT_IS = {f.__name__: f for f in (
     predictions_literal, predictions_update, predictions_one_by_one, predictions_zip,
     predictions_comprehension, predictions_merged, predictions_with_an_extra_note,
     predictions_from_pairs)}
+RIGHT_IS["fresh: predictions_from_pairs"] = RIGHT_IS.pop("predictions_from_pairs")
 WRONG_IS = {
     "always copies": ({q: (False if q.startswith("t") else v) for q, v in RIGHT.items()},
                       ["always copies", "`t.to('cpu') is t` is True"]),
@@ -312,9 +313,9 @@ WRONG_IS = {
     "empty": ({}, ["no prediction yet"]),
     "left None": (dict.fromkeys(RIGHT), ["no prediction yet"]),
     "a list": ([True] * 6, ["return a dict"]),
-    "all True": (dict.fromkeys(RIGHT, True), ["2 of 6 wrong", "copy=True always builds"]),
-    "all False": (dict.fromkeys(RIGHT, False), ["always copies", "works in place"]),
-    "ones and zeros": ({q: int(v) for q, v in RIGHT.items()}, ["use True or False"]),
+    "fresh: all True": (dict.fromkeys(RIGHT, True), ["2 of 6 wrong", "copy=True always builds"]),
+    "fresh: all False": (dict.fromkeys(RIGHT, False), ["always copies", "works in place"]),
+    "fresh: ones and zeros": ({q: int(v) for q, v in RIGHT.items()}, ["use True or False"]),
 }
 
 
@@ -499,10 +500,10 @@ def build_made_on_a_cuda_branch(device):
     return model, torch.optim.Adagrad(model.parameters())
 
 
-RIGHT_BUILD.update({f.__name__: f for f in (
+RIGHT_BUILD.update({f"fresh: {f.__name__}": f for f in (
     build_reassigned_with_options, build_in_a_device_block, build_listed,
     build_named_parameters, build_two_groups)})
-WRONG_BUILD.update({f.__name__: (f, phrases) for f, phrases in (
+WRONG_BUILD.update({f"fresh: {f.__name__}": (f, phrases) for f, phrases in (
     (build_weight_only, ["holds 1 of the model's 2 parameters", "bias would never train"]),
     (build_first_parameter_only, ["holds 1 of the model's 2 parameters"]),
     (build_cuda_branch, ["`.cuda()` sends it to the current GPU (cuda:0)"]),
@@ -641,18 +642,18 @@ def trainable_cuda_branch(values, device):
 
 # Written fresh (issue 37): wrong ones only a GPU machine, or an indexed device, shows.
 RIGHT_TRAINABLE.update({
-    "float32, moved, marked":
+    "fresh: float32, moved, marked":
         lambda v, d: torch.tensor(v, dtype=torch.float32).to(d).requires_grad_(),
-    "copied into an empty tensor": trainable_copied_into,
-    "as_tensor, float(), marked":
+    "fresh: copied into an empty tensor": trainable_copied_into,
+    "fresh: as_tensor, float(), marked":
         lambda v, d: torch.as_tensor(v, device=d).float().requires_grad_(),
 })
 WRONG_TRAINABLE.update({
-    "made on a 'cuda' branch": (
+    "fresh: made on a 'cuda' branch": (
         lambda v, d: torch.tensor(v, device="cuda" if torch.cuda.is_available() else d,
                                   requires_grad=True), "'cuda' without the index"),
-    "a .cuda() branch": (trainable_cuda_branch, "`.cuda()` sends it to the current GPU"),
-    "the device's type only": (
+    "fresh: a .cuda() branch": (trainable_cuda_branch, "`.cuda()` sends it to the current GPU"),
+    "fresh: the device's type only": (
         lambda v, d: torch.tensor(v, device=d.type, requires_grad=True),
         "'cuda' without the index"),
 })

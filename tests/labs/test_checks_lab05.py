@@ -76,80 +76,6 @@ def test_gpu_checkpoint_catches_returning_a_model(tmp_path):
             "return the loaded state dict")
 
 
-# Tables for exercise 1: right answers however written, and wrong ones, each with the phrase
-# its message must hold; "fresh:" ones were written without looking at the check (issue 37).
-def load_then_move(path, device):
-    state = torch.load(path, map_location="cpu", weights_only=True)
-    return {key: value.to(device) for key, value in state.items()}
-
-
-def load_from_an_open_file(path, device):
-    with open(path, "rb") as handle:
-        return torch.load(handle, map_location=device, weights_only=True)
-
-
-def load_then_cuda_branch(path, device):
-    state = torch.load(path, map_location="cpu")
-    return {key: value.cuda() if torch.cuda.is_available() else value.to(device)
-            for key, value in state.items()}
-
-
-def load_moved_not_kept(path, device):
-    state = torch.load(path, map_location="cpu")
-    for value in state.values():
-        value.to(device)
-    return state
-
-
-RIGHT_GPU_LOADS = {
-    "map_location=device": lambda p, d: torch.load(p, map_location=d, weights_only=True),
-    "positional": lambda p, d: torch.load(p, d),
-    "a string": lambda p, d: torch.load(p, map_location=str(d)),
-    "a torch.device": lambda p, d: torch.load(p, map_location=torch.device(d)),
-    "fresh: load on the CPU, then move": load_then_move,
-    "fresh: from an open file": load_from_an_open_file,
-    "fresh: a dict copy": lambda p, d: dict(torch.load(p, map_location=d, weights_only=True)),
-    "fresh: a callable that uses the device":
-        lambda p, d: torch.load(p, map_location=lambda storage, tag: storage.to(device=d)),
-}
-WRONG_GPU_LOADS = {
-    "fresh: the device's type only": (lambda p, d: torch.load(p, map_location=d.type),
-                                      ["'cuda' without the index", "map_location=device"]),
-    "fresh: a device rebuilt from its type": (
-        lambda p, d: torch.load(p, map_location=torch.device(torch.device(d).type)),
-        ["'cuda' without the index"]),
-    "fresh: 'cuda' when there is one": (
-        lambda p, d: torch.load(p, map_location="cuda" if torch.cuda.is_available() else d),
-        ["'cuda' without the index"]),
-    "fresh: .cuda() when there is one": (load_then_cuda_branch,
-                                         ["`.cuda()` sends it to the current GPU"]),
-    "a fixed 'cpu'": (lambda p, d: torch.load(p, map_location="cpu"),
-                      ["ignores its `device` argument"]),
-    "weights_only=False": (lambda p, d: torch.load(p, map_location=d, weights_only=False),
-                           ["weights_only=False"]),
-    "moved, not kept": (load_moved_not_kept, ["threw the result away"]),
-    "a dict of every tag": (
-        lambda p, d: torch.load(p, map_location={"cuda:0": str(d), "cuda:1": str(d),
-                                                 "mps": str(d)}),
-        ["your map_location dict lists", "map_location=device"]),
-    "a callable that ignores the device": (lambda p, d: torch.load(p, map_location=lambda s, t: s),
-                                           ["map_location function puts storages there"]),
-    "the values only": (lambda p, d: list(torch.load(p, map_location=d).values()),
-                        ["return the loaded state dict"]),
-}
-
-
-@pytest.mark.parametrize("load", RIGHT_GPU_LOADS.values(), ids=RIGHT_GPU_LOADS)
-def test_gpu_checkpoint_accepts_every_correct_style(tmp_path, load):
-    _status(checks.check_gpu_checkpoint(load, "cpu", folder=tmp_path), PASSED)
-
-
-@pytest.mark.parametrize(("load", "phrases"), WRONG_GPU_LOADS.values(), ids=WRONG_GPU_LOADS)
-def test_gpu_checkpoint_names_each_mistake(tmp_path, load, phrases):
-    assert_one_line(_status(checks.check_gpu_checkpoint(load, "cpu", folder=tmp_path), FAILED,
-                            *phrases))
-
-
 def test_gpu_checkpoint_stub_is_not_attempted(tmp_path):
     _status(checks.check_gpu_checkpoint(stub, "cpu", folder=tmp_path), NOT_ATTEMPTED)
 
@@ -407,6 +333,45 @@ if CPU_ONLY:
         "map_location='cuda'": (lambda p, d: torch.load(p, map_location="cuda"),
                                 ["names a device this machine does not have"]),
     })
+
+
+# Written fresh, never tuned against (issue 37): judged as a machine with two GPUs would run
+# them, given cuda:1, so a device without its index and a GPU-only branch are seen anywhere.
+def load_then_move(path, device):
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    return {key: value.to(device) for key, value in state.items()}
+
+
+def load_from_a_with_block(path, device):
+    with open(path, "rb") as handle:
+        return torch.load(handle, map_location=device, weights_only=True)
+
+
+def load_then_cuda_branch(path, device):
+    state = torch.load(path, map_location="cpu")
+    return {key: value.cuda() if torch.cuda.is_available() else value.to(device)
+            for key, value in state.items()}
+
+
+RIGHT_GPU.update({
+    "fresh: load on the CPU, then move": load_then_move,
+    "fresh: from a with block": load_from_a_with_block,
+    "fresh: a dict copy": lambda p, d: dict(torch.load(p, map_location=d, weights_only=True)),
+})
+WRONG_GPU.update({
+    "fresh: the device's type only": (lambda p, d: torch.load(p, map_location=d.type),
+                                      ["'cuda' without the index", "map_location=device"]),
+    "fresh: a device rebuilt from its type": (
+        lambda p, d: torch.load(p, map_location=torch.device(torch.device(d).type)),
+        ["'cuda' without the index"]),
+    "fresh: 'cuda' when there is one": (
+        lambda p, d: torch.load(p, map_location="cuda" if torch.cuda.is_available() else d),
+        ["'cuda' without the index"]),
+    "fresh: .cuda() when there is one": (load_then_cuda_branch,
+                                         ["`.cuda()` sends it to the current GPU"]),
+    "fresh: the values only": (lambda p, d: list(torch.load(p, map_location=d).values()),
+                               ["return the loaded state dict"]),
+})
 
 
 @pytest.mark.parametrize("load", RIGHT_GPU.values(), ids=RIGHT_GPU)
