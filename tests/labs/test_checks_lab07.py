@@ -183,6 +183,116 @@ RIGHT_TRAININGS = [fast_total_detach, fast_stack_losses, fast_string_device_and_
                    fast_numpy_weights_once]
 
 
+# Written fresh, never tuned against (issue 37). The check also runs each loop as a machine
+# with two GPUs would (given cuda:1), so a branch only a GPU takes is judged here too.
+def fresh_cat_of_views(model, optimizer, features, labels, device, steps):
+    features, labels = features.to(device), labels.to(device)
+    weights = torch.tensor([1.0, 2.0, 1.0]).to(device)
+    losses = []
+    for step in range(steps):
+        start = 32 * step
+        loss = F.cross_entropy(model(features[start:start + 32]), labels[start:start + 32],
+                               weight=weights)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.detach().view(1))
+    return torch.cat(losses).mean().item()
+
+
+def fresh_index_made_on_the_device(model, optimizer, features, labels, device, steps):
+    features, labels = features.to(device), labels.to(device)
+    loss_fn = nn.CrossEntropyLoss(weight=torch.tensor(WEIGHTS, device=device))
+    total = 0
+    for step in range(steps):
+        index = torch.arange(step * 32, (step + 1) * 32, device=device)
+        loss = loss_fn(model(features[index]), labels[index])
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        total = total + loss.detach()
+    return (total / steps).item()
+
+
+def fresh_one_sync_after_the_loop(model, optimizer, features, labels, device, steps):
+    features = features.to(device, non_blocking=True)
+    labels = labels.to(device, non_blocking=True)
+    weights = torch.tensor(WEIGHTS, device=device)
+    total = torch.zeros((), device=device)
+    for step in range(steps):
+        rows = slice(step * 32, (step + 1) * 32)
+        loss = F.cross_entropy(model(features[rows]), labels[rows], weight=weights)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        total.add_(loss.detach())
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()  # once, after the loop: free
+    return total.item() / steps
+
+
+def fresh_loop(sync_each_step="", data_on=None, per_step_gpu_batch=False):
+    """The right loop, written afresh, with a mistake only a GPU machine (or an indexed
+    device) shows: a synchronize every step, the data sent elsewhere, a per-step copy."""
+
+    def train(model, optimizer, features, labels, device, steps):
+        kept_features = features
+        if data_on == "cuda branch":
+            features = features.cuda() if torch.cuda.is_available() else features.to(device)
+            labels = labels.cuda() if torch.cuda.is_available() else labels.to(device)
+        elif data_on == "type":
+            features, labels = features.to(device.type), labels.to(device.type)
+        else:
+            features, labels = features.to(device), labels.to(device)
+        weights = torch.tensor(WEIGHTS, device=device)
+        total = torch.zeros((), device=device)
+        for step in range(steps):
+            rows = slice(step * 32, (step + 1) * 32)
+            inputs = features[rows]
+            if per_step_gpu_batch and torch.cuda.is_available():
+                inputs = kept_features[rows].pin_memory().to(device, non_blocking=True)
+            loss = F.cross_entropy(model(inputs), labels[rows], weight=weights)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            total += loss.detach()
+            if sync_each_step == "available" and torch.cuda.is_available():
+                torch.cuda.synchronize()  # "for accurate timing"
+            elif sync_each_step == "type" and device.type == "cuda":
+                torch.cuda.synchronize(device)
+            elif sync_each_step == "stream" and torch.cuda.is_available():
+                torch.cuda.current_stream().synchronize()
+        return total.item() / steps
+
+    return train
+
+
+FRESH_RIGHT_TRAININGS = {f"fresh: {f.__name__}": f for f in (
+    fresh_cat_of_views, fresh_index_made_on_the_device, fresh_one_sync_after_the_loop)}
+RIGHT_TRAININGS += list(FRESH_RIGHT_TRAININGS.values())
+FRESH_WRONG_TRAININGS = {
+    "fresh: synchronize every step when CUDA is there": (
+        fresh_loop(sync_each_step="available"), ["calls synchronize 1 time(s) every step",
+                                                 "`.item()` once"]),
+    "fresh: synchronize every step on a cuda device": (
+        fresh_loop(sync_each_step="type"), ["calls synchronize 1 time(s) every step"]),
+    "fresh: the stream synchronized every step": (
+        fresh_loop(sync_each_step="stream"), ["calls synchronize"]),
+    "fresh: the data sent with .cuda() when CUDA is there": (
+        fresh_loop(data_on="cuda branch"), ["`.cuda()` sends it to the current GPU"]),
+    "fresh: the data sent to the device's type": (
+        fresh_loop(data_on="type"), ["'cuda' without the index"]),
+    "fresh: each batch pinned and copied on a GPU": (
+        fresh_loop(per_step_gpu_batch=True), ["copies a batch of features, 2.0 KiB a step"]),
+}
+
+
+@pytest.mark.parametrize(("train", "phrases"), FRESH_WRONG_TRAININGS.values(),
+                         ids=FRESH_WRONG_TRAININGS)
+def test_fast_training_judges_what_a_gpu_machine_would_run(train, phrases):
+    assert_one_line(_status(checks.check_fast_training(train, OTHER), FAILED, *phrases))
+
+
 @pytest.mark.parametrize("train", RIGHT_TRAININGS)
 def test_fast_training_accepts_every_right_style(train):
     _status(checks.check_fast_training(train, OTHER), PASSED, "0 copies", "0 times")
@@ -609,7 +719,7 @@ def test_largest_batch_budgets_include_an_exact_fit_and_none():
 
 
 def test_a_function_that_never_returns_gets_a_message_not_a_hang(monkeypatch):
-    monkeypatch.setattr(checks.lab07, "CALL_LIMIT_S", 0.5)
+    monkeypatch.setattr(lab07, "CALL_LIMIT_S", 0.5)
 
     def train_for_ever(model, optimizer, features, labels, device, steps):
         while True:
