@@ -24,6 +24,7 @@ import os
 import re
 import textwrap
 import types
+import warnings
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -604,6 +605,10 @@ def as_if_on_gpu() -> Iterator[GpuRun]:
     with ExitStack() as stack:
         for patch in patches:
             stack.enter_context(patch)
+        # What the stand-in's meta tensors make PyTorch warn about is not the learner's
+        # ("copying ... to a meta parameter ... is a no-op"): show none of it.
+        stack.enter_context(warnings.catch_warnings())
+        warnings.simplefilter("ignore")
         stack.enter_context(_GpuStandIn(run))
         yield run
 

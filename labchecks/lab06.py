@@ -238,11 +238,10 @@ def _rng_state_on_a_gpu(exercise: str, load_checkpoint: Callable, path: str) -> 
     given: list[object] = []
     kept = torch.get_rng_state(), random.getstate()
     refused = False
-    training = tiny_training("meta", seed=99)
     try:
         with as_if_on_gpu(), mock.patch("torch.set_rng_state", given.append), \
                 mock.patch("torch.random.set_rng_state", given.append):
-            load_checkpoint(path, *training, STAND_IN_GPU)
+            load_checkpoint(path, *tiny_training("meta", seed=99), STAND_IN_GPU)
     except Exception as error:  # noqa: BLE001 - only the RNG's refusal is judged here
         refused = "RNG state must be a torch.ByteTensor" in str(error)
     finally:
