@@ -170,6 +170,15 @@ def _run_for_real(question: str) -> bool:
     return bool(eval(question, {"torch": torch, "t": t, "model": model}))  # our own six
 
 
+def _as_bool(value: object) -> object:
+    """A NumPy or one-element tensor boolean as the Python bool it holds; anything else as it is."""
+    numpy_bool = type(value).__module__ == "numpy" and type(value).__name__ in ("bool", "bool_")
+    if numpy_bool or (isinstance(value, torch.Tensor)
+                                          and value.dtype == torch.bool and value.numel() == 1):
+        return bool(value)
+    return value
+
+
 @graded
 def check_is_predictions(predict: Callable[[], dict]) -> Feedback:
     """Exercise 02.3: predict True/False for each expression in :data:`IS_QUESTIONS`.
@@ -185,6 +194,7 @@ def check_is_predictions(predict: Callable[[], dict]) -> Feedback:
     missing = [q for q in IS_QUESTIONS if answers.get(q) is None]
     if missing:
         return Feedback(exercise, FAILED, f"no prediction yet for: {', '.join(missing)}.")
+    answers = {q: _as_bool(answers[q]) for q in IS_QUESTIONS}
     not_bool = [q for q in IS_QUESTIONS if not isinstance(answers[q], bool)]
     if not_bool:
         return Feedback(exercise, FAILED, f"use True or False (not {answers[not_bool[0]]!r}) "
@@ -220,7 +230,7 @@ def check_model_and_optimizer(build: Callable, other: torch.device) -> Feedback:
     result, problem = attempt(exercise, build, other)
     if problem is not None:
         return problem
-    if not (isinstance(result, tuple) and len(result) == 2):
+    if not (isinstance(result, (tuple, list)) and len(result) == 2):  # a list is a pair too
         return Feedback(exercise, FAILED, "return a pair: (model, optimizer).")
     model, optimizer = result
     if not isinstance(model, nn.Module) or not isinstance(optimizer, torch.optim.Optimizer):

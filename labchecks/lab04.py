@@ -343,7 +343,7 @@ def check_training_setup(build_training: Callable, device: torch.device | str,
                                              f"build_training raised {_said(error)}")
             if error is not None:
                 return _failed(exercise, error, target)
-            if not (isinstance(result, tuple) and len(result) == 3):
+            if not (isinstance(result, (tuple, list)) and len(result) == 3):
                 return Feedback(exercise, FAILED, "return a triple: (model, loss_fn, optimizer).")
             model, loss_fn, optimizer = result
             if not isinstance(model, nn.Module) or not isinstance(loss_fn, nn.Module):

@@ -4,6 +4,7 @@ still raises NotImplementedError is reported as not attempted."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 from lab_checks import assert_feedback as _status
@@ -299,6 +300,7 @@ RIGHT_IS = {f.__name__: f for f in (
     predictions_comprehension, predictions_merged, predictions_with_an_extra_note,
     predictions_from_pairs)}
 RIGHT_IS["fresh: predictions_from_pairs"] = RIGHT_IS.pop("predictions_from_pairs")
+RIGHT_IS["fresh: NumPy booleans"] = lambda: {q: np.bool_(v) for q, v in predictions_literal().items()}
 WRONG_IS = {
     "always copies": ({q: (False if q.startswith("t") else v) for q, v in RIGHT.items()},
                       ["always copies", "`t.to('cpu') is t` is True"]),
@@ -500,8 +502,13 @@ def build_made_on_a_cuda_branch(device):
     return model, torch.optim.Adagrad(model.parameters())
 
 
+def build_returns_a_list(device):
+    model = nn.Linear(3, 2).to(device)
+    return [model, torch.optim.Adagrad(model.parameters())]
+
+
 RIGHT_BUILD.update({f"fresh: {f.__name__}": f for f in (
-    build_reassigned_with_options, build_in_a_device_block, build_listed,
+    build_returns_a_list, build_reassigned_with_options, build_in_a_device_block, build_listed,
     build_named_parameters, build_two_groups)})
 WRONG_BUILD.update({f"fresh: {f.__name__}": (f, phrases) for f, phrases in (
     (build_weight_only, ["holds 1 of the model's 2 parameters", "bias would never train"]),

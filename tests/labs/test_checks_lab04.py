@@ -738,8 +738,14 @@ def setup_weights_changed(model, device):
             torch.optim.SGD(model.parameters(), lr=1.0))
 
 
+def setup_returns_a_list(model, device):
+    model.to(device)
+    loss_fn = nn.CrossEntropyLoss(weight=torch.tensor(WEIGHTS)).to(device)
+    return [model, loss_fn, torch.optim.SGD(model.parameters(), lr=1.0)]
+
+
 RIGHT_SETUPS.update({f"fresh: {f.__name__}": f for f in (
-    setup_weights_made_there, setup_loss_moved_after, setup_in_a_device_block)})
+    setup_returns_a_list, setup_weights_made_there, setup_loss_moved_after, setup_in_a_device_block)})
 WRONG_SETUPS.update({
     "fresh: a .cuda() branch": (setup_cuda_branch, ["`.cuda()` sends it to the current GPU"]),
     "fresh: the device's type only": (setup_type_only, ["'cuda' without the index"]),
