@@ -300,7 +300,8 @@ RIGHT_IS = {f.__name__: f for f in (
     predictions_comprehension, predictions_merged, predictions_with_an_extra_note,
     predictions_from_pairs)}
 RIGHT_IS["fresh: predictions_from_pairs"] = RIGHT_IS.pop("predictions_from_pairs")
-RIGHT_IS["fresh: NumPy booleans"] = lambda: {q: np.bool_(v) for q, v in predictions_literal().items()}
+RIGHT_IS["fresh: NumPy booleans"] = lambda: {q: np.bool_(v)
+                                             for q, v in predictions_literal().items()}
 WRONG_IS = {
     "always copies": ({q: (False if q.startswith("t") else v) for q, v in RIGHT.items()},
                       ["always copies", "`t.to('cpu') is t` is True"]),

@@ -745,7 +745,8 @@ def setup_returns_a_list(model, device):
 
 
 RIGHT_SETUPS.update({f"fresh: {f.__name__}": f for f in (
-    setup_returns_a_list, setup_weights_made_there, setup_loss_moved_after, setup_in_a_device_block)})
+    setup_returns_a_list, setup_weights_made_there, setup_loss_moved_after,
+    setup_in_a_device_block)})
 WRONG_SETUPS.update({
     "fresh: a .cuda() branch": (setup_cuda_branch, ["`.cuda()` sends it to the current GPU"]),
     "fresh: the device's type only": (setup_type_only, ["'cuda' without the index"]),

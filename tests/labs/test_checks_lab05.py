@@ -3,6 +3,8 @@ and an exercise that still raises NotImplementedError is reported as not attempt
 
 from __future__ import annotations
 
+import collections
+
 import pytest
 import torch
 from lab_checks import assert_feedback as _status
@@ -10,6 +12,7 @@ from lab_checks import assert_one_line, stub
 from torch import nn
 from torch.nn.modules.utils import consume_prefix_in_state_dict_if_present
 
+import utils
 from labchecks import lab05
 from labchecks import lab05 as checks
 from labchecks.feedback import FAILED, NOT_ATTEMPTED, PASSED
@@ -453,7 +456,46 @@ def right_prefix_loaders(prefix):
             "re").escape(p), "", k), prefix),
         "partition": strip_with(lambda k, p: k.partition(p)[2] if k.startswith(p) else k, prefix),
         "wrapper or assign=True": wrapper_loads(prefix),
+        # written fresh (issue 37)
+        "fresh: an OrderedDict": ordered_dict(prefix),
+        "fresh: split at the first dot": strip_with(
+            lambda k, p: k.split(".", 1)[1] if k.startswith(p) else k, prefix),
+        "fresh: keys popped in place": pop_in_place(prefix),
     }
+
+
+def ordered_dict(prefix):
+    def load(path, model):
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        model.load_state_dict(collections.OrderedDict(
+            (key[len(prefix):] if key.startswith(prefix) else key, value)
+            for key, value in state.items()))
+        return model
+
+    return load
+
+
+def pop_in_place(prefix):
+    def load(path, model):
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        for key in list(state):
+            if key.startswith(prefix):
+                state[key[len(prefix):]] = state.pop(key)
+        model.load_state_dict(state)
+        return model
+
+    return load
+
+
+def into_a_new_model(prefix):
+    def load(path, model):
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        consume_prefix_in_state_dict_if_present(state, prefix)
+        fresh = type(model)()
+        fresh.load_state_dict(state)
+        return fresh
+
+    return load
 
 
 def consume_kept_as_result(prefix):
@@ -512,6 +554,17 @@ def wrong_prefix_loaders(prefix):
         "weights_only=False": (unsafe_prefix_loader(prefix), ["weights_only=False"]),
         "prefix left": (make_prefix_loader(prefix, how="none"), [f"still start with {prefix!r}"]),
     }
+    other = "_orig_mod." if prefix == "module." else "module."
+    wrong.update({  # written fresh (issue 37)
+        "fresh: the other wrapper's prefix stripped": (
+            strip_with(lambda k, p: k.removeprefix(other), prefix),
+            [f"still start with {prefix!r}"]),
+        "fresh: loaded into a new model": (into_a_new_model(prefix),
+                                           ["load the stripped state dict into `model` itself"]),
+        "fresh: the prefix replaced without its dot": (
+            strip_with(lambda k, p: k.replace(p.rstrip("."), ""), prefix),
+            ["load_state_dict refused"]),
+    })
     if prefix == "module.":
         wrong["replace"] = (make_prefix_loader(prefix, how="replace"), ["became 'subweight'"])
     return wrong
@@ -583,6 +636,68 @@ def whole_tuple_entries(path, trusted):
 RIGHT_WHOLE = {f.__name__: f for f in (good_whole_loader, whole_by_name, whole_let_pytorch_refuse,
                                        whole_with_file, whole_tuple_entries)}
 RIGHT_WHOLE["inspect first, map_location='cpu'"] = lambda p, t: good_whole_loader(p, t)
+
+
+def whole_set_difference(path, trusted):
+    trusted_names = {f"{c.__module__}.{c.__name__}" for c in trusted}
+    unknown = set(torch.serialization.get_unsafe_globals_in_checkpoint(path)) - trusted_names
+    if unknown:
+        raise utils.UnsafeCheckpointError(f"{path} asks for {sorted(unknown)}")
+    with torch.serialization.safe_globals(trusted):
+        return torch.load(path, weights_only=True, map_location="cpu")
+
+
+def whole_all_check(path, trusted):
+    names = [f"{c.__module__}.{c.__qualname__}" for c in trusted]
+    if not all(g in names for g in torch.serialization.get_unsafe_globals_in_checkpoint(path)):
+        raise PermissionError("the file asks for a class I do not trust")
+    with torch.serialization.safe_globals([*trusted]):
+        return torch.load(open(path, "rb"))
+
+
+def whole_add_safe_globals(path, trusted):
+    torch.serialization.add_safe_globals(trusted)
+    return torch.load(path)
+
+
+def whole_returns_the_state_dict(path, trusted):
+    with torch.serialization.safe_globals(trusted):
+        return torch.load(path).state_dict()
+
+
+def whole_swallows_the_refusal(path, trusted):
+    try:
+        with torch.serialization.safe_globals(trusted):
+            return torch.load(path)
+    except Exception:
+        return None
+
+
+def whole_unsafe_after_a_look(path, trusted):
+    torch.serialization.get_unsafe_globals_in_checkpoint(path)  # looked, then ignored it
+    return torch.load(path, weights_only=False)
+
+
+RIGHT_WHOLE.update({
+    "fresh: set difference, utils' error": whole_set_difference,
+    "fresh: all(), PermissionError, a file handle": whole_all_check,
+    "fresh: let PyTorch refuse, on a list copy": lambda p, t: whole_let_pytorch_refuse(p, list(t)),
+})
+WRONG_WHOLE = {
+    "fresh: add_safe_globals": (whole_add_safe_globals, ["add_safe_globals allowlists"]),
+    "fresh: returns the state dict": (whole_returns_the_state_dict, ["return the loaded model"]),
+    "fresh: swallows the refusal": (whole_swallows_the_refusal, ["instead of refusing it"]),
+    "fresh: weights_only=False after a look": (whole_unsafe_after_a_look,
+                                               ["ran code hidden in the second file"]),
+    "plain torch.load": (lambda p, t: torch.load(p), ["refused MysteryNet and Linear"]),
+    "checks the names, then weights_only=False": (whole_refuses_then_unsafe,
+                                                  ["no code from the second file ran"]),
+}
+
+
+@pytest.mark.parametrize(("load", "phrases"), WRONG_WHOLE.values(), ids=WRONG_WHOLE)
+def test_whole_model_names_each_mistake(tmp_path, load, phrases):
+    assert_one_line(_status(checks.check_whole_model(load, folder=tmp_path), FAILED, *phrases))
 
 
 @pytest.mark.parametrize("load", RIGHT_WHOLE.values(), ids=RIGHT_WHOLE)
