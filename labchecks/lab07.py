@@ -470,7 +470,9 @@ def _why_adam(model: nn.Module, predicted: float, truth: int) -> str:
                   "p.numel() * p.element_size() bytes."),
         (2 * weights, "Weights and gradients, yes; Adam also keeps two running averages per "
                       "parameter (exp_avg and exp_avg_sq)."),
-        (3 * weights, "Adam keeps *two* tensors per parameter (exp_avg and exp_avg_sq), not one."),
+        (3 * weights, "That is three copies of each parameter; training keeps four: the weight, "
+                      "its gradient and Adam's *two* running averages (exp_avg and "
+                      "exp_avg_sq)."),
         (4 * weights, "A parameter with requires_grad=False gets no gradient, and Adam keeps no "
                       "state for it: the frozen layer counts once, the others four times."),
         (4 * (weights + buffers), "You counted the buffers (BatchNorm's running statistics) as "
@@ -640,6 +642,10 @@ def _why_batch(model: nn.Module, answer: int, truth: int, budget: float) -> str:
                 "budget: you returned the first batch that does not fit. Return the one before.")
     if answer == truth - 1 and _total(model, truth, 64) == budget:
         return ("A batch that fills the budget exactly fits: compare with <=, not <.")
+    if answer > truth and (answer == _total(model, truth, 64)
+                           or abs(answer - budget) < budget / 10):
+        return ("That is a number of bytes, about the budget itself (a footprint's .total): "
+                "return the number of rows, the batch size.")
     if answer > truth:
         for options, why in _OTHER_STEPS:
             if answer == _largest_with(model, budget, **options):

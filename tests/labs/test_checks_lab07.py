@@ -489,6 +489,42 @@ RIGHT_ADAMS = [adam_loop, adam_comprehension, adam_parts, adam_untyped_storage, 
                adam_float_result, adam_state_dict_free]
 
 
+# Written fresh, never tuned against (issue 37).
+def adam_dedup_by_pointer(model):
+    seen, total = set(), 0
+    for _, p in model.named_parameters(remove_duplicate=False):
+        if p.data_ptr() not in seen:
+            seen.add(p.data_ptr())
+            total += p.nbytes * (1 + 3 * p.requires_grad)
+    return total
+
+
+FRESH_RIGHT_ADAMS = {
+    "fresh: nbytes, 4 or 1": lambda m: sum(p.nbytes * (4 if p.requires_grad else 1)
+                                           for p in m.parameters()),
+    "fresh: deduplicated by data_ptr": adam_dedup_by_pointer,
+    "fresh: bits // 8": lambda m: sum(p.numel() * (torch.finfo(p.dtype).bits // 8)
+                                      * (4 if p.requires_grad else 1) for p in m.parameters()),
+}
+FRESH_WRONG_ADAMS = {
+    "fresh: the state dict, four times": (
+        lambda m: sum(4 * v.nbytes for v in m.state_dict().values()), "counted the buffers"),
+    "fresh: trainable four times, plus buffers": (
+        lambda m: sum(4 * p.nbytes for p in m.parameters() if p.requires_grad)
+        + sum(b.nbytes for b in m.buffers()), "Buffers (BatchNorm's running statistics)"),
+    "fresh: three copies, no weight": (
+        lambda m: sum(3 * p.nbytes for p in m.parameters() if p.requires_grad),
+        "three copies of each parameter; training keeps four"),
+}
+RIGHT_ADAMS += list(FRESH_RIGHT_ADAMS.values())
+
+
+@pytest.mark.parametrize(("adam_bytes", "phrase"), FRESH_WRONG_ADAMS.values(),
+                         ids=FRESH_WRONG_ADAMS)
+def test_adam_bytes_names_fresh_mistakes(adam_bytes, phrase):
+    assert_one_line(_status(checks.check_adam_bytes(adam_bytes), FAILED, phrase))
+
+
 @pytest.mark.parametrize("adam_bytes", RIGHT_ADAMS)
 def test_adam_bytes_accepts_every_right_style(adam_bytes):
     _status(checks.check_adam_bytes(adam_bytes), PASSED, "4 copies")
@@ -506,7 +542,7 @@ def weights(model):
     (weights, "the weights alone"),
     (lambda m: 4 * numbers(m), "counted in numbers, not bytes"),
     (lambda m: 2 * weights(m), "Adam also keeps two running averages"),
-    (lambda m: 3 * weights(m), "*two* tensors per parameter"),
+    (lambda m: 3 * weights(m), "Adam's *two* running averages"),
     (lambda m: 16 * numbers(m), "assumed 4 bytes per number"),
     (lambda m: 4 * weights(m), "requires_grad=False"),
     (lambda m: adam_loop(m) + 4 * sum(b.nbytes for b in m.buffers()), "counted the buffers"),
@@ -642,6 +678,65 @@ RIGHT_BATCHES = [batch_bisect, batch_linear_formula, batch_halve_then_climb,
                  batch_powers_then_step, batch_recursive, batch_bisect_module,
                  batch_numpy_formula, batch_random_inputs, batch_meta_inputs,
                  batch_tensor_result]
+
+
+def batch_bisect_with_key(model, features, budget):
+    import bisect
+
+    def total(rows):
+        return utils.footprint(model, torch.empty(rows, features, device="meta")).total
+
+    return bisect.bisect_right(range(1, 1 << 20), budget, key=total)
+
+
+def batch_from_one_and_three_rows(model, features, budget):
+    def total(rows):
+        return utils.footprint(model, torch.zeros(rows, features)).total
+
+    one, three = total(1), total(3)
+    if one > budget:
+        return 0
+    per_row = (three - one) // 2
+    rows = 1 + int((budget - one) // per_row)
+    while total(rows) > budget:  # guard the rounding
+        rows -= 1
+    return rows
+
+
+def batch_galloping(model, features, budget):
+    def fits_rows(rows):
+        return utils.footprint(model, torch.zeros(rows, features)).total <= budget
+
+    if not fits_rows(1):
+        return 0
+    rows, step = 1, 1
+    while step:
+        if fits_rows(rows + step):
+            rows += step
+            step *= 2
+        else:
+            step //= 2
+    return rows
+
+
+FRESH_RIGHT_BATCHES = {f"fresh: {f.__name__}": f for f in (
+    batch_bisect_with_key, batch_from_one_and_three_rows, batch_galloping)}
+FRESH_WRONG_BATCHES = {
+    "fresh: strictly under the budget": (
+        lambda m, f, b: batch_bisect(m, f, b - 0.5), "compare with <=, not <"),
+    "fresh: the budget read as megabytes": (
+        lambda m, f, b: batch_bisect(m, f, b / 1e6), "By your count not even one row fits"),
+    "fresh: the bytes of that batch": (
+        lambda m, f, b: utils.footprint(m, torch.zeros(max(batch_bisect(m, f, b), 1), f)).total,
+        "That is a number of bytes"),
+}
+RIGHT_BATCHES += list(FRESH_RIGHT_BATCHES.values())
+
+
+@pytest.mark.parametrize(("largest_batch", "phrase"), FRESH_WRONG_BATCHES.values(),
+                         ids=FRESH_WRONG_BATCHES)
+def test_largest_batch_names_fresh_mistakes(largest_batch, phrase):
+    assert_one_line(_status(checks.check_largest_batch(largest_batch), FAILED, phrase))
 
 
 @pytest.mark.parametrize("largest_batch", RIGHT_BATCHES)
