@@ -10,16 +10,15 @@ from torch import nn
 from labchecks.feedback import (
     FAILED,
     PASSED,
-    STAND_IN_GPU,
     Feedback,
     attempt,
     device_name,
-    gpu_placement_problem,
     moved_and_dropped,
     rebinds,
     recorded_to_calls,
     sets_own_device,
 )
+from labchecks.gpu_stand_in import STAND_IN_GPU, gpu_placement_problem
 from labchecks.grading import graded
 from utils.devices import unusable_device
 

@@ -23,20 +23,19 @@ from torch import nn
 from labchecks.feedback import (
     FAILED,
     PASSED,
-    STAND_IN_GPU,
     Feedback,
     NotAttempted,
     call,
     device_name,
     explain,
     first_line,
-    gpu_placement_problem,
     not_a_function,
     not_attempted,
     reads_outer_name,
     rebinds,
     sets_own_device,
 )
+from labchecks.gpu_stand_in import STAND_IN_GPU, gpu_placement_problem
 from labchecks.grading import graded
 from utils.devices import unusable_device
 from utils.placement import IN_DICT, IN_LIST, TENSOR_ATTRIBUTE, audit

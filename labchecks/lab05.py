@@ -21,14 +21,12 @@ from torch import nn
 from labchecks.feedback import (
     FAILED,
     PASSED,
-    STAND_IN_GPU,
     Feedback,
     NotAttempted,
     call,
     device_name,
     explain,
     first_line,
-    gpu_placement_problem,
     loaded_unsafely,
     moved_and_dropped,
     not_a_function,
@@ -37,6 +35,7 @@ from labchecks.feedback import (
     recorded_to_calls,
     unsafe_load,
 )
+from labchecks.gpu_stand_in import STAND_IN_GPU, gpu_placement_problem
 from labchecks.grading import graded
 from utils.checkpoints import add_prefix, save_as_if_on
 

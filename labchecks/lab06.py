@@ -24,9 +24,7 @@ from torch import nn
 from labchecks.feedback import (
     FAILED,
     PASSED,
-    STAND_IN_GPU,
     Feedback,
-    as_if_on_gpu,
     attempt,
     explain,
     first_line,
@@ -34,6 +32,7 @@ from labchecks.feedback import (
     recorded_loads,
     unsafe_load,
 )
+from labchecks.gpu_stand_in import STAND_IN_GPU, as_if_on_gpu
 from labchecks.grading import graded
 
 

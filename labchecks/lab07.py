@@ -24,13 +24,11 @@ from torch.overrides import TorchFunctionMode
 from labchecks.feedback import (
     FAILED,
     PASSED,
-    STAND_IN_GPU,
     Feedback,
-    as_if_on_gpu,
     attempt_within,
     device_name,
-    misplaced_gpu,
 )
+from labchecks.gpu_stand_in import STAND_IN_GPU, as_if_on_gpu, misplaced_gpu
 from labchecks.grading import graded
 from utils.footprint import footprint
 from utils.text import format_bytes

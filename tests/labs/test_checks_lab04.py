@@ -900,7 +900,7 @@ def predict_solution(model, inputs, device):
 def predict_train_false_no_grad(model, inputs, device):
     model.train(False)
     with torch.no_grad():
-        return np.array(model(inputs.to(device)).softmax(1).cpu())
+        return np.asarray(model(inputs.to(device)).softmax(1).cpu().numpy())
 
 
 def predict_inference_force(model, inputs, device):
