@@ -53,7 +53,9 @@ def check_prepare(prepare: Callable, other: torch.device) -> Feedback:
     """Exercise 02.2: ``prepare(batch, device)`` must return ``batch`` on ``device``.
 
     Catches: the result of ``.to`` not kept; the ``device`` argument ignored; a dtype
-    changed along the way; a forced copy when the batch is already there; ``.cuda()``.
+    changed along the way; a forced copy when the batch is already there; ``.cuda()``; and,
+    run as a GPU machine would (:mod:`labchecks.gpu_stand_in`, given cuda:1), a ``.cuda()``
+    branch or a device without its index.
     Introduced in lab 02_copy_pitfall.
     """
     exercise = "Exercise 2"
@@ -221,8 +223,10 @@ def check_model_and_optimizer(build: Callable, other: torch.device) -> Feedback:
 
     Passes when every parameter and every piece of optimizer state is on ``device``
     with the parameter's dtype, and the optimizer holds the model's own Parameter
-    objects. Catches: the optimizer built before the model was moved (state left
-    behind, or Parameters replaced); an optimizer over other tensors.
+    objects, every one of them (both directions are checked). Catches: the optimizer built
+    before the model was moved (state left behind, or Parameters replaced); an optimizer
+    over other tensors, or over some of the parameters; a ``.cuda()`` branch or a device
+    without its index (run as a GPU machine would, given cuda:1).
     Introduced in lab 02_copy_pitfall.
     """
     exercise = "Exercise 4"

@@ -228,7 +228,9 @@ def check_device_agnostic_model(build_model: Callable[[], nn.Module],
     For each device: builds a fresh model, moves it, audits it (plain tensor
     attribute, layers in a Python list) and runs a training-mode forward pass on an
     input there (a tensor made in ``forward`` without ``device=``, a hard-coded
-    ``'cuda'``). On a real device it also checks that the noise is still added.
+    ``'cuda'``, a tensor made on the CPU and copied there every forward, counted by a
+    :class:`utils.Ledger`), and names a trainable scale where the script's is fixed. On the
+    CPU it also checks that the noise is still added.
     Introduced in lab 04_cross_device_errors.
     """
     exercise = "Exercise 1"
@@ -326,8 +328,9 @@ def check_training_setup(build_training: Callable, device: torch.device | str,
     For each device: hands over a fresh CPU model and audits what comes back. Catches
     a hard-coded ``'cuda'`` (an error without CUDA, or a model on a GPU when the CPU
     was asked for), the model not moved, the loss's class weights left on the CPU,
-    and an optimizer that does not hold the model's parameters.
-    Introduced in lab 04_cross_device_errors.
+    and an optimizer that does not hold the model's parameters; then runs it as a GPU
+    machine would, given cuda:1 (:mod:`labchecks.gpu_stand_in`: a ``.cuda()`` branch, a
+    device without its index). Introduced in lab 04_cross_device_errors.
     """
     exercise = "Exercise 2"
     problem = not_a_function(exercise, build_training)
