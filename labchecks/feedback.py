@@ -444,3 +444,4 @@ def attempt_within(exercise: str, function: Callable, *args, limit_s: float,
         return None, None, True
     result, problem = box["outcome"]
     return result, problem, False
+

@@ -18,6 +18,7 @@ from labchecks.feedback import (
     recorded_to_calls,
     sets_own_device,
 )
+from labchecks.gpu_stand_in import STAND_IN_GPU, gpu_placement_problem
 from labchecks.grading import graded
 from utils.devices import unusable_device
 
@@ -52,7 +53,9 @@ def check_prepare(prepare: Callable, other: torch.device) -> Feedback:
     """Exercise 02.2: ``prepare(batch, device)`` must return ``batch`` on ``device``.
 
     Catches: the result of ``.to`` not kept; the ``device`` argument ignored; a dtype
-    changed along the way; a forced copy when the batch is already there; ``.cuda()``.
+    changed along the way; a forced copy when the batch is already there; ``.cuda()``; and,
+    run as a GPU machine would (:mod:`labchecks.gpu_stand_in`, given cuda:1), a ``.cuda()``
+    branch or a device without its index.
     Introduced in lab 02_copy_pitfall.
     """
     exercise = "Exercise 2"
@@ -104,6 +107,9 @@ def check_prepare(prepare: Callable, other: torch.device) -> Feedback:
                         "when the batch is already on the device, prepare still made a new "
                         "tensor. Did you use copy=True, .clone() or zeros_like? Tensor.to returns "
                         "the tensor itself when nothing changes: no copy needed.")
+    problem = gpu_placement_problem(exercise, prepare, batch, STAND_IN_GPU)
+    if problem is not None:
+        return problem
     return Feedback(exercise, PASSED, "the batch arrives on the device, and a batch that is "
                                       "already there is passed through without a copy.")
 
@@ -165,6 +171,15 @@ def _run_for_real(question: str) -> bool:
     return bool(eval(question, {"torch": torch, "t": t, "model": model}))  # our own six
 
 
+def _as_bool(value: object) -> object:
+    """A NumPy or one-element tensor boolean as the Python bool it holds; anything else as it is."""
+    numpy_bool = type(value).__module__ == "numpy" and type(value).__name__ in ("bool", "bool_")
+    if numpy_bool or (isinstance(value, torch.Tensor)
+                                          and value.dtype == torch.bool and value.numel() == 1):
+        return bool(value)
+    return value
+
+
 @graded
 def check_is_predictions(predict: Callable[[], dict]) -> Feedback:
     """Exercise 02.3: predict True/False for each expression in :data:`IS_QUESTIONS`.
@@ -180,6 +195,7 @@ def check_is_predictions(predict: Callable[[], dict]) -> Feedback:
     missing = [q for q in IS_QUESTIONS if answers.get(q) is None]
     if missing:
         return Feedback(exercise, FAILED, f"no prediction yet for: {', '.join(missing)}.")
+    answers = {q: _as_bool(answers[q]) for q in IS_QUESTIONS}
     not_bool = [q for q in IS_QUESTIONS if not isinstance(answers[q], bool)]
     if not_bool:
         return Feedback(exercise, FAILED, f"use True or False (not {answers[not_bool[0]]!r}) "
@@ -207,15 +223,17 @@ def check_model_and_optimizer(build: Callable, other: torch.device) -> Feedback:
 
     Passes when every parameter and every piece of optimizer state is on ``device``
     with the parameter's dtype, and the optimizer holds the model's own Parameter
-    objects. Catches: the optimizer built before the model was moved (state left
-    behind, or Parameters replaced); an optimizer over other tensors.
+    objects, every one of them (both directions are checked). Catches: the optimizer built
+    before the model was moved (state left behind, or Parameters replaced); an optimizer
+    over other tensors, or over some of the parameters; a ``.cuda()`` branch or a device
+    without its index (run as a GPU machine would, given cuda:1).
     Introduced in lab 02_copy_pitfall.
     """
     exercise = "Exercise 4"
     result, problem = attempt(exercise, build, other)
     if problem is not None:
         return problem
-    if not (isinstance(result, tuple) and len(result) == 2):
+    if not (isinstance(result, (tuple, list)) and len(result) == 2):  # a list is a pair too
         return Feedback(exercise, FAILED, "return a pair: (model, optimizer).")
     model, optimizer = result
     if not isinstance(model, nn.Module) or not isinstance(optimizer, torch.optim.Optimizer):
@@ -255,6 +273,14 @@ def check_model_and_optimizer(build: Callable, other: torch.device) -> Feedback:
                                               + built_before)
         return Feedback(exercise, FAILED, "the optimizer does not hold model.parameters(): build "
                                           "it with torch.optim.Adagrad(model.parameters()).")
+    owned = list(model.parameters())
+    left_out = [name for name, p in model.named_parameters() if not any(h is p for h in held)]
+    if left_out:
+        return Feedback(exercise, FAILED,
+                        f"the optimizer holds {len(owned) - len(left_out)} of the model's "
+                        f"{len(owned)} parameters: {', '.join(left_out)} would never train "
+                        "(the optimizer updates only what it was given). Give it them all: "
+                        "torch.optim.Adagrad(model.parameters()).")
     on_cpu, problem = attempt(exercise, build, torch.device("cpu"))
     if problem is not None:
         return problem
@@ -266,6 +292,9 @@ def check_model_and_optimizer(build: Callable, other: torch.device) -> Feedback:
         return Feedback(exercise, FAILED, f"asked for cpu, build put the model on "
                                           f"{', '.join(found)}: {fixed}. Use the `device` "
                                           "argument as it is.")
+    problem = gpu_placement_problem(exercise, build, STAND_IN_GPU)
+    if problem is not None:
+        return problem
     return Feedback(exercise, PASSED, "model on the device, optimizer built after it: its "
                                       "parameters and its state are all where they belong.")
 
@@ -348,5 +377,8 @@ def check_trainable(make: Callable, other: torch.device) -> Feedback:
             torch.equal(on_cpu.detach().to("cpu", torch.float32), torch.tensor(values)):
         return Feedback(exercise, FAILED, f"make_trainable({values}, 'cpu') did not return "
                                           "those values: start from `values`, not new numbers.")
+    problem = gpu_placement_problem(exercise, make, list(values), STAND_IN_GPU)
+    if problem is not None:
+        return problem
     return Feedback(exercise, PASSED, "a leaf on the device that requires grad: backward() "
                                       "fills its .grad and an optimizer can train it.")

@@ -35,9 +35,11 @@ from labchecks.feedback import (
     rebinds,
     sets_own_device,
 )
+from labchecks.gpu_stand_in import STAND_IN_GPU, gpu_placement_problem
 from labchecks.grading import graded
 from utils.devices import unusable_device
 from utils.placement import IN_DICT, IN_LIST, TENSOR_ATTRIBUTE, audit
+from utils.traffic import Ledger
 
 #: The class weights of the lab's loss (class 1 is rarer, so it counts twice).
 CLASS_WEIGHTS = (1.0, 2.0, 1.0)
@@ -64,6 +66,14 @@ def _overridden(exercise: str, function: Callable, target: torch.device) -> Feed
                     f"asked for {device_name(target)}, {sets_own_device(_EXAMPLE)}. Pick the "
                     "device once, at the top of the script; inside, use the `device` argument "
                     "as it is.")
+
+
+def _audited(exercise: str, function: Callable, module: nn.Module,
+             target: torch.device) -> tuple[list, Feedback | None]:
+    """``utils.audit(module, target)``, and when it found something, the Feedback for a
+    function that sets its own device (:func:`_overridden`, the likelier cause), else None."""
+    left = audit(module, target)
+    return left, (_overridden(exercise, function, target) if left else None)
 
 
 def _failed(exercise: str, error: BaseException, target: torch.device) -> Feedback:
@@ -165,6 +175,14 @@ def _audit_messages(model: nn.Module, device: torch.device) -> list[str]:
     return messages
 
 
+def _trained_besides_layers(model: nn.Module) -> list[str]:
+    """The names of parameters that require grad outside the nn.Linear layers (a trainable
+    scale, where the script's is fixed)."""
+    return [f"{prefix}.{name}".lstrip(".") for prefix, module in model.named_modules()
+            if not isinstance(module, nn.Linear)
+            for name, p in module.named_parameters(recurse=False) if p.requires_grad]
+
+
 def _what_changed(model: nn.Module) -> str:
     """On the CPU: '' when ``model`` computes what the script computes (the two blocks, the
     scale of 0.5, and 0.1 times standard normal noise while training), else what changed."""
@@ -210,7 +228,9 @@ def check_device_agnostic_model(build_model: Callable[[], nn.Module],
     For each device: builds a fresh model, moves it, audits it (plain tensor
     attribute, layers in a Python list) and runs a training-mode forward pass on an
     input there (a tensor made in ``forward`` without ``device=``, a hard-coded
-    ``'cuda'``). On a real device it also checks that the noise is still added.
+    ``'cuda'``, a tensor made on the CPU and copied there every forward, counted by a
+    :class:`utils.Ledger`), and names a trainable scale where the script's is fixed. On the
+    CPU it also checks that the noise is still added.
     Introduced in lab 04_cross_device_errors.
     """
     exercise = "Exercise 1"
@@ -232,10 +252,20 @@ def check_device_agnostic_model(build_model: Callable[[], nn.Module],
                 return Feedback(exercise, FAILED, f"after model.to({str(target)!r}), "
                                 f"utils.audit found {len(messages)} problem(s). "
                                 + " ".join(messages))
+            trained = _trained_besides_layers(model)
+            if trained:
+                return Feedback(exercise, FAILED,
+                                f"`self.{trained[0]}` is an nn.Parameter that requires grad: "
+                                "Module.to moves it, but an optimizer given "
+                                "model.parameters() trains it, and the script's scale is fixed "
+                                "at 0.5. Register it as a buffer, which moves with the model "
+                                f"and is never trained: `self.register_buffer({trained[0]!r}, "
+                                "...)`.")
         for target in devices:
             model = build_model().to(target).train()
             inputs = torch.randn(5, 4, device=target)
-            outputs, error = call(model, inputs)
+            with Ledger() as ledger:
+                outputs, error = call(model, inputs)
             if _is_hard_coded(error) or _names_a_third_device(error, target):
                 return _hard_coded(exercise, f"forward failed on {device_name(target)}: "
                                              f"{_said(error)}")
@@ -267,6 +297,15 @@ def check_device_agnostic_model(build_model: Callable[[], nn.Module],
             if outputs.device != target:
                 return Feedback(exercise, FAILED, f"the output is on {outputs.device}, the "
                                                   f"model on {device_name(target)}.")
+            copied = [c for c in ledger.copies if c.source.type == "cpu" and c.target == target]
+            if copied:
+                return Feedback(exercise, FAILED,
+                                f"forward runs on {device_name(target)}, but it makes a tensor "
+                                f"on the CPU and copies it there on every call "
+                                f"({copied[0].bytes} bytes each forward, e.g. "
+                                "`torch.randn(x.shape).to(x.device)`): one copy from main "
+                                "memory per training step, and the host waits for it. Make the "
+                                "noise where x is: `torch.randn_like(x)`.")
         changed = _what_changed(build_model())
         if changed:
             return Feedback(exercise, FAILED, changed)
@@ -289,8 +328,9 @@ def check_training_setup(build_training: Callable, device: torch.device | str,
     For each device: hands over a fresh CPU model and audits what comes back. Catches
     a hard-coded ``'cuda'`` (an error without CUDA, or a model on a GPU when the CPU
     was asked for), the model not moved, the loss's class weights left on the CPU,
-    and an optimizer that does not hold the model's parameters.
-    Introduced in lab 04_cross_device_errors.
+    and an optimizer that does not hold the model's parameters; then runs it as a GPU
+    machine would, given cuda:1 (:mod:`labchecks.gpu_stand_in`: a ``.cuda()`` branch, a
+    device without its index). Introduced in lab 04_cross_device_errors.
     """
     exercise = "Exercise 2"
     problem = not_a_function(exercise, build_training)
@@ -305,16 +345,15 @@ def check_training_setup(build_training: Callable, device: torch.device | str,
                                              f"build_training raised {_said(error)}")
             if error is not None:
                 return _failed(exercise, error, target)
-            if not (isinstance(result, tuple) and len(result) == 3):
+            if not (isinstance(result, (tuple, list)) and len(result) == 3):
                 return Feedback(exercise, FAILED, "return a triple: (model, loss_fn, optimizer).")
             model, loss_fn, optimizer = result
             if not isinstance(model, nn.Module) or not isinstance(loss_fn, nn.Module):
                 return Feedback(exercise, FAILED, "the model and the loss should both be "
                                                   "nn.Modules: return the CrossEntropyLoss "
                                                   "object, not a function.")
-            left = audit(model, target)
-            overridden = _overridden(exercise, build_training, target)
-            if left and overridden is not None:
+            left, overridden = _audited(exercise, build_training, model, target)
+            if overridden is not None:
                 return overridden
             if left:
                 found = sorted({str(f.device) for f in left})
@@ -326,9 +365,8 @@ def check_training_setup(build_training: Callable, device: torch.device | str,
                                 f"the model is still on {', '.join(found)}, not on "
                                 f"{device_name(target)}. Call `model.to(device)`: Module.to "
                                 "moves the model in place (no reassignment needed).")
-            weights = audit(loss_fn, target)
-            overridden = _overridden(exercise, build_training, target)
-            if weights and overridden is not None:
+            weights, overridden = _audited(exercise, build_training, loss_fn, target)
+            if overridden is not None:
                 return overridden
             if weights:
                 return Feedback(exercise, FAILED,
@@ -357,6 +395,9 @@ def check_training_setup(build_training: Callable, device: torch.device | str,
                                 "Move the model first, then build the optimizer.")
     except NotAttempted:
         return not_attempted(exercise)
+    problem = gpu_placement_problem(exercise, build_training, _reference_model(), STAND_IN_GPU)
+    if problem is not None:
+        return problem
     shown = ", ".join(device_name(d) for d in devices)
     return Feedback(exercise, PASSED, f"the model and the loss's class weights land on the "
                                       f"device you ask for ({shown}), and the optimizer holds "
@@ -444,6 +485,10 @@ def check_train_step(train_step: Callable, device: torch.device | str,
                                                   "optimizer.step() in the step.")
     except NotAttempted:
         return not_attempted(exercise)
+    problem = gpu_placement_problem(exercise, train_step, *_reference_training("meta"),
+                                    *_batch(), STAND_IN_GPU)
+    if problem is not None:
+        return problem
     shown = ", ".join(device_name(d) for d in devices)
     return Feedback(exercise, PASSED, f"a CPU batch trains a model on {shown}: inputs and "
                                       "targets move to where the model and the loss are.")
@@ -452,15 +497,26 @@ def check_train_step(train_step: Callable, device: torch.device | str,
 # --------------------------------------------------------------------------- exercise 4
 
 
+def _predict_model() -> nn.Module:
+    """A trained-looking model with dropout (the noise of exercise 1's kind), on the CPU and in
+    training mode, as a model is when training ends: predictions need ``model.eval()``."""
+    generator_state = torch.get_rng_state()
+    torch.manual_seed(40)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Dropout(0.5), nn.Linear(8, 3))
+    torch.set_rng_state(generator_state)  # leave the learner's random numbers alone
+    return model.train()
+
+
 @graded
 def check_predict(predict: Callable, device: torch.device | str,
                   other: torch.device | str) -> Feedback:
     """Exercise 04.4: ``predict(model, inputs, device)`` returns NumPy probabilities.
 
-    Catches ``.numpy()`` on a device tensor (meta raises that TypeError for real, as a
-    GPU does) and ``.numpy()`` on a tensor that requires grad (found on the CPU). On
-    meta, a correct answer stops at ``.cpu()``, since meta has no data to copy: that
-    is accepted. On a real device the array must hold the right probabilities.
+    The model comes in training mode, with dropout. Catches ``.numpy()`` on a device tensor
+    (meta raises that TypeError for real, as a GPU does), ``.numpy()`` on a tensor that
+    requires grad (found on the CPU), and predictions made in training mode (dropout on).
+    On meta, a correct answer stops at ``.cpu()``, since meta has no data to copy: that is
+    accepted. On a real device the array must hold the eval-mode probabilities.
     Introduced in lab 04_cross_device_errors.
     """
     exercise = "Exercise 4"
@@ -471,8 +527,10 @@ def check_predict(predict: Callable, device: torch.device | str,
     inputs, _ = _batch(5)
     try:
         for target in devices:
-            model = _reference_model().to(target)
+            model = _predict_model().to(target)
+            kept_state = torch.get_rng_state()
             array, error = call(predict, model, inputs, target)
+            torch.set_rng_state(kept_state)
             overridden = _overridden(exercise, predict, target)
             if _is_mismatch(error) and overridden is not None:
                 return overridden
@@ -485,13 +543,14 @@ def check_predict(predict: Callable, device: torch.device | str,
                 return Feedback(exercise, FAILED,
                                 f"on {device_name(target)}: {_said(error)}. NumPy arrays live "
                                 "in main memory, so `.numpy()` works only on a CPU tensor. "
-                                "Copy it first: `.detach().cpu().numpy()`.")
+                                "Copy it there first: `.cpu().numpy()`.")
             if isinstance(error, RuntimeError) and "requires grad" in str(error):
                 return Feedback(exercise, FAILED,
                                 f"on {device_name(target)}: {_said(error)}. The probabilities "
                                 "come from the weights, so they carry autograd history, and "
-                                "`.numpy()` refuses them even on the CPU. Add `.detach()` (or "
-                                "predict under `torch.no_grad()`), then `.cpu().numpy()`.")
+                                "`.numpy()` refuses them even on the CPU. Predict under "
+                                "`torch.inference_mode()` (or `torch.no_grad()`), or add "
+                                "`.detach()`, then `.cpu().numpy()`.")
             if error is not None:
                 return _failed(exercise, error, target)
             if isinstance(array, torch.Tensor):
@@ -501,13 +560,36 @@ def check_predict(predict: Callable, device: torch.device | str,
                 return Feedback(exercise, FAILED, "return a NumPy array of shape (batch, 3).")
             if target.type == "meta":
                 continue  # no data on meta to compare with; the CPU run compares
-            with torch.no_grad():
-                expected = model(inputs.to(target)).softmax(dim=1).cpu().numpy()
+            with torch.inference_mode():
+                expected = model.eval()(inputs.to(target)).softmax(dim=1).cpu().numpy()
             if not np.allclose(array, expected, atol=1e-5):
+                if _predicts_in_training_mode(predict, target):
+                    return Feedback(exercise, FAILED,
+                                    "the model predicted in training mode, so its dropout (or "
+                                    "noise) was on and the probabilities are random: keep "
+                                    "`model.eval()` before predicting.")
                 return Feedback(exercise, FAILED, "the array does not hold the model's class "
                                                   "probabilities: keep the skeleton's "
                                                   "softmax line.")
     except NotAttempted:
         return not_attempted(exercise)
-    return Feedback(exercise, PASSED, "the probabilities leave the device the only way they "
-                                      "can: `.detach().cpu().numpy()`.")
+    problem = gpu_placement_problem(exercise, predict, _predict_model().to("meta"), inputs,
+                                    STAND_IN_GPU)
+    if problem is not None:
+        return problem
+    return Feedback(exercise, PASSED, "in eval mode, with no autograd history, the "
+                                      "probabilities reach NumPy through `.cpu()`: NumPy reads "
+                                      "main memory only.")
+
+
+def _predicts_in_training_mode(predict: Callable, target: torch.device) -> bool:
+    """Whether ``predict`` leaves a model in training mode while it runs it."""
+    seen: list[bool] = []
+    model = _predict_model().to(target)
+    model.register_forward_pre_hook(lambda module, args: seen.append(module.training))
+    kept_state = torch.get_rng_state()
+    try:
+        call(predict, model, _batch(5)[0], target)
+    finally:
+        torch.set_rng_state(kept_state)
+    return any(seen)

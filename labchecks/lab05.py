@@ -35,6 +35,7 @@ from labchecks.feedback import (
     recorded_to_calls,
     unsafe_load,
 )
+from labchecks.gpu_stand_in import STAND_IN_GPU, gpu_placement_problem
 from labchecks.grading import graded
 from utils.checkpoints import add_prefix, save_as_if_on
 
@@ -186,6 +187,11 @@ def check_gpu_checkpoint(load_gpu_checkpoint: Callable, device: str | torch.devi
                                                       "saved ones: return what torch.load read.")
     except NotAttempted:
         return not_attempted(exercise)
+    problem = gpu_placement_problem(exercise, load_gpu_checkpoint,
+                                    folder / "lab05_check_cuda0.pt", STAND_IN_GPU,
+                                    fix="map_location=device")
+    if problem is not None:
+        return problem
     return Feedback(exercise, PASSED, "files tagged cuda:0, cuda:1 and mps all load onto the "
                                       "device you ask for: map_location=device overrides every "
                                       "saved tag.")

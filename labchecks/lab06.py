@@ -32,6 +32,7 @@ from labchecks.feedback import (
     recorded_loads,
     unsafe_load,
 )
+from labchecks.gpu_stand_in import STAND_IN_GPU, as_if_on_gpu
 from labchecks.grading import graded
 
 
@@ -190,16 +191,63 @@ def check_resume(save_checkpoint: Callable, load_checkpoint: Callable,
             return problem
         resumed = tiny_training(device, seed=99)  # a new process would start from other numbers
         _scramble_generators()
-        with recorded_loads() as loads:
+        with recorded_loads() as loads, _recorded_assign() as assigned:
             start, problem = attempt(exercise, load_checkpoint, path, *resumed, device)
         if loaded_unsafely(loads):
             return Feedback(exercise, FAILED, UNSAFE)
         if problem is not None:
             return _load_failed(exercise, problem)
-        return _compare(exercise, resumed, start, stop, saved_model, saved_lr, at_save, device,
-                        reference[stop:], total)
+        verdict = _compare(exercise, resumed, start, stop, saved_model, saved_lr, at_save, device,
+                           reference[stop:], total, any(assigned))
+        if verdict and device.type == "cpu":  # a GPU grader has just judged it for real
+            on_a_gpu = _rng_state_on_a_gpu(exercise, load_checkpoint, path)
+            return verdict if on_a_gpu is None else on_a_gpu
+        return verdict
     finally:
         random.setstate(python_state)  # leave the learner's random numbers alone
+
+
+@contextmanager
+def _recorded_assign():
+    """Record the ``assign`` flag of every ``Module.load_state_dict`` call in the block."""
+    flags: list[bool] = []
+    real = nn.Module.load_state_dict
+
+    def load_state_dict(self, state_dict, strict=True, assign=False):
+        flags.append(bool(assign))
+        return real(self, state_dict, strict=strict, assign=assign)
+
+    with mock.patch.object(nn.Module, "load_state_dict", load_state_dict):
+        yield flags
+
+
+RNG_ON_THE_DEVICE = (
+    "your load_checkpoint works here, but not on a GPU: given the device cuda:1 (as on a GPU "
+    "machine), it hands torch.set_rng_state the CPU generator's state on that device "
+    "(map_location=device put it there), and there torch.set_rng_state raises `TypeError: RNG "
+    "state must be a torch.ByteTensor`. The CPU's state must stay a CPU ByteTensor: load with "
+    "map_location='cpu' (load_state_dict then copies each piece to where the model and "
+    "optimizer live), or pass `state.cpu()`.")
+
+
+def _rng_state_on_a_gpu(exercise: str, load_checkpoint: Callable, path: str) -> Feedback | None:
+    """Load ``path`` as a GPU machine would (:func:`as_if_on_gpu`, given cuda:1): failed when
+    the CPU generator's state would reach torch.set_rng_state off the CPU, else None. What
+    needs a real GPU there (the copy of a stand-in tensor back to the CPU) judges nothing."""
+    given: list[object] = []
+    kept = torch.get_rng_state(), random.getstate()
+    refused = False
+    try:
+        with as_if_on_gpu(), mock.patch("torch.set_rng_state", given.append), \
+                mock.patch("torch.random.set_rng_state", given.append):
+            load_checkpoint(path, *tiny_training("meta", seed=99), STAND_IN_GPU)
+    except Exception as error:  # noqa: BLE001 - only the RNG's refusal is judged here
+        refused = "RNG state must be a torch.ByteTensor" in str(error)
+    finally:
+        torch.set_rng_state(kept[0])
+        random.setstate(kept[1])
+    off_cpu = [s for s in given if isinstance(s, torch.Tensor) and s.device.type != "cpu"]
+    return Feedback(exercise, FAILED, RNG_ON_THE_DEVICE) if refused or off_cpu else None
 
 
 def _load_failed(exercise: str, problem: Feedback) -> Feedback:
@@ -241,7 +289,7 @@ def _survives_a_crash(exercise: str, save_checkpoint: Callable, path: str, train
 
 def _compare(exercise: str, resumed, start, stop: int, saved_model: dict, saved_lr: float,
              at_save: list, device: torch.device, expected: list[float],
-             total: int) -> Feedback:
+             total: int, assigned: bool = False) -> Feedback:
     model, optimizer, scheduler = resumed
     if start != stop:
         return Feedback(exercise, FAILED,
@@ -249,6 +297,16 @@ def _compare(exercise: str, resumed, start, stop: int, saved_model: dict, saved_
                         f"is the number of epochs finished when you save ({stop} here), which is "
                         "also the index of the next epoch to run: save it as it is and return it, "
                         "so the loop continues with `for epoch in range(start, total)`.")
+    held = [p for group in optimizer.param_groups for p in group["params"]]
+    if any(not any(p is h for h in held) for p in model.parameters()):
+        how = ("`model.load_state_dict(..., assign=True)` replaced the model's Parameters "
+               "with the loaded tensors" if assigned else
+               "the model's Parameters were replaced after the optimizer was built")
+        return Feedback(exercise, FAILED,
+                        f"{how}, and the optimizer, built before, still holds the old "
+                        "Parameters: optimizer.step() would train tensors the model no longer "
+                        "uses. Drop assign=True (load_state_dict then copies into the "
+                        "Parameters the optimizer holds), or build the optimizer after loading.")
     if any(not torch.equal(saved_model[k], v.detach()) for k, v in model.state_dict().items()):
         return Feedback(exercise, FAILED, "the model's weights after loading differ from the "
                                           "saved ones: save model.state_dict() and restore it "
@@ -259,7 +317,17 @@ def _compare(exercise: str, resumed, start, stop: int, saved_model: dict, saved_
                         "from zero, so the resumed run drifts. Save optimizer.state_dict() and "
                         "restore it with optimizer.load_state_dict() (after building the "
                         "optimizer on the moved model).")
-    if optimizer.param_groups[0]["lr"] != saved_lr or scheduler.last_epoch != stop:
+    lr = optimizer.param_groups[0]["lr"]
+    if lr != saved_lr and scheduler.last_epoch == stop:
+        twice = (" decayed twice: the optimizer's state dict already holds the decayed rate, and "
+                 "replaying scheduler.step() decays it again" if lr < saved_lr else
+                 " is not the one saved")
+        return Feedback(exercise, FAILED,
+                        f"the scheduler is back at epoch {stop}, as it should be, but the "
+                        f"learning rate is {lr:g}, not {saved_lr:g}: it{twice}. Save "
+                        "scheduler.state_dict() and restore it with scheduler.load_state_dict(), "
+                        "instead of stepping the scheduler again.")
+    if lr != saved_lr or scheduler.last_epoch != stop:
         return Feedback(exercise, FAILED,
                         "the learning-rate schedule restarted: the scheduler is back at epoch "
                         f"{scheduler.last_epoch}. Save scheduler.state_dict() and restore it.")
@@ -286,15 +354,23 @@ def _compare(exercise: str, resumed, start, stop: int, saved_model: dict, saved_
 
 @contextmanager
 def _recorded_files():
-    """Record torch.save targets, renames (os.replace, os.rename, and what calls them:
-    Path.replace, Path.rename, shutil.move) and removals, while they still work."""
-    seen: dict[str, list] = {"save": [], "rename": [], "remove": [], "copy": []}
+    """Record torch.save targets, files opened for writing, renames (os.replace, os.rename, and
+    what calls them: Path.replace, Path.rename, shutil.move) and removals, while they still
+    work."""
+    seen: dict[str, list] = {"save": [], "rename": [], "remove": [], "copy": [], "write": []}
     real = {"save": torch.save, "replace": os.replace, "rename": os.rename,
             "remove": os.remove, "unlink": os.unlink, "copyfile": shutil.copyfile}
 
     def copyfile(src, dst, *args, **kwargs):
         seen["copy"].append(dst)
         return real["copyfile"](src, dst, *args, **kwargs)
+
+    def opener(real_open):
+        def open_(file, mode="r", *args, **kwargs):
+            if isinstance(file, (str, os.PathLike)) and any(c in mode for c in "wax+"):
+                seen["write"].append(file)
+            return real_open(file, mode, *args, **kwargs)
+        return open_
 
     def save(obj, f, *args, **kwargs):
         seen["save"].append(f if isinstance(f, (str, os.PathLike)) else getattr(f, "name", None))
@@ -315,7 +391,8 @@ def _recorded_files():
     with mock.patch("torch.save", save), mock.patch("os.replace", renamer("replace")), \
             mock.patch("os.rename", renamer("rename")), \
             mock.patch("os.remove", remover("remove")), \
-            mock.patch("os.unlink", remover("unlink")), mock.patch("shutil.copyfile", copyfile):
+            mock.patch("os.unlink", remover("unlink")), mock.patch("shutil.copyfile", copyfile), \
+            mock.patch("builtins.open", opener(open)), mock.patch("io.open", opener(io.open)):
         yield seen
 
 
@@ -426,6 +503,12 @@ def check_atomic_save(atomic_save: Callable, folder: str = "checkpoints") -> Fee
                                           "can cut it in half. Rename it instead: "
                                           "os.replace(temporary, path) swaps the name in one "
                                           "step.")
+    if any(_same_file(target, path) for target in seen["save"] + seen["write"]):
+        return Feedback(exercise, FAILED, "atomic_save also writes into `path` itself (a "
+                                          "torch.save or an open() for writing there): a crash "
+                                          "while those bytes are written leaves half a file "
+                                          "under the final name. Write only the temporary file, "
+                                          "and let os.replace(temporary, path) put it in place.")
     if any(_same_file(target, path) for target in seen["remove"]):
         return Feedback(exercise, FAILED, "atomic_save removes the old checkpoint before the new "
                                           "one is in place: os.replace() overwrites in one step, "

@@ -21,7 +21,14 @@ import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
-from labchecks.feedback import FAILED, PASSED, Feedback, attempt_within, device_name
+from labchecks.feedback import (
+    FAILED,
+    PASSED,
+    Feedback,
+    attempt_within,
+    device_name,
+)
+from labchecks.gpu_stand_in import STAND_IN_GPU, as_if_on_gpu, misplaced_gpu
 from labchecks.grading import graded
 from utils.footprint import footprint
 from utils.text import format_bytes
@@ -145,22 +152,39 @@ def _why_result(value: float) -> str:
             "class weights in the loss, and the mean over the steps.")
 
 
-def _traffic(train: Callable, device: torch.device, steps: int):
+def _traffic(train: Callable, device: torch.device, steps: int, as_a_gpu: bool = False):
     """Run ``train`` for ``steps`` steps under a ledger; return (ledger, result, problem),
-    the ledger with ``reads``: the host reads by name."""
-    model, optimizer = model_and_optimizer(device)
+    the ledger with ``reads``: the host reads by name, and ``gpu``: the
+    :class:`~labchecks.feedback.GpuRun` when ``as_a_gpu`` (run as a machine with two GPUs
+    would, given cuda:1, its tensors on meta; else None)."""
+    model, optimizer = model_and_optimizer("meta" if as_a_gpu else device)
     features, labels = data()
     reads = _HostReads()
     ledger = Ledger()
+    ledger.gpu = None
 
     def recorded(*args):  # the modes are per thread: enter them in the learner's thread
         with ledger, reads:
-            return train(*args)
+            if not as_a_gpu:
+                return train(*args)
+            with as_if_on_gpu() as ledger.gpu:
+                return train(*args)
 
     result, problem = _within("Exercise 1", recorded, model, optimizer, features, labels,
-                              device, steps)
+                              STAND_IN_GPU if as_a_gpu else device, steps)
     ledger.reads = reads.counts
     return ledger, result, problem
+
+
+def _traffic_as_on_a_gpu(train: Callable) -> tuple[Ledger, Ledger] | None:
+    """The ledgers of 4 and 8 steps run as a GPU machine would run them (a branch on
+    ``torch.cuda.is_available()`` or ``device.type == 'cuda'`` taken), or None when the loop
+    needs a real GPU to run (streams, events): the check then judges it on ``other`` alone."""
+    short, _, problem = _traffic(train, STAND_IN_GPU, 4, as_a_gpu=True)
+    if problem is not None:
+        return None
+    long, _, problem = _traffic(train, STAND_IN_GPU, 8, as_a_gpu=True)
+    return None if problem is not None else (short, long)
 
 
 def _as_number(result) -> float | None:
@@ -230,7 +254,25 @@ def check_fast_training(train: Callable, other: str | torch.device = "meta") -> 
         return _explain_raise(problem, other)
     if isinstance(result, torch.Tensor) and result.device.type != "cpu":
         return _on_device(exercise)
-    return _judge_traffic(short, long, other)
+    verdict = _judge_traffic(short, long, other)
+    on_a_gpu = _traffic_as_on_a_gpu(train) if verdict else None
+    if on_a_gpu is None:
+        return verdict
+    short, long = on_a_gpu
+    wrong = misplaced_gpu(long.gpu)
+    if wrong is not None:
+        return Feedback(exercise, FAILED, f"the result is right, but {wrong}.")
+    syncs = (long.gpu.syncs - short.gpu.syncs) / 4
+    if syncs > 0:
+        return Feedback(exercise, FAILED,
+                        f"the result is right, but on a GPU machine the loop calls synchronize "
+                        f"{syncs:g} time(s) every step (a branch this machine never takes; the "
+                        "check ran it as a GPU machine would): each call makes the host wait "
+                        "until the GPU has finished everything queued, so the CPU can no longer "
+                        "queue the next step ahead. Drop it: `.item()` once, after the loop, "
+                        "already waits for the result.")
+    as_on_a_gpu = _judge_traffic(short, long, STAND_IN_GPU)  # a per-step copy only a GPU makes
+    return verdict if as_on_a_gpu else as_on_a_gpu
 
 
 def _on_device(exercise: str) -> Feedback:
@@ -426,7 +468,9 @@ def _why_adam(model: nn.Module, predicted: float, truth: int) -> str:
                   "p.numel() * p.element_size() bytes."),
         (2 * weights, "Weights and gradients, yes; Adam also keeps two running averages per "
                       "parameter (exp_avg and exp_avg_sq)."),
-        (3 * weights, "Adam keeps *two* tensors per parameter (exp_avg and exp_avg_sq), not one."),
+        (3 * weights, "That is three copies of each parameter; training keeps four: the weight, "
+                      "its gradient and Adam's *two* running averages (exp_avg and "
+                      "exp_avg_sq)."),
         (4 * weights, "A parameter with requires_grad=False gets no gradient, and Adam keeps no "
                       "state for it: the frozen layer counts once, the others four times."),
         (4 * (weights + buffers), "You counted the buffers (BatchNorm's running statistics) as "
@@ -596,6 +640,10 @@ def _why_batch(model: nn.Module, answer: int, truth: int, budget: float) -> str:
                 "budget: you returned the first batch that does not fit. Return the one before.")
     if answer == truth - 1 and _total(model, truth, 64) == budget:
         return ("A batch that fills the budget exactly fits: compare with <=, not <.")
+    if answer > truth and (answer == _total(model, truth, 64)
+                           or abs(answer - budget) < budget / 10):
+        return ("That is a number of bytes, about the budget itself (a footprint's .total): "
+                "return the number of rows, the batch size.")
     if answer > truth:
         for options, why in _OTHER_STEPS:
             if answer == _largest_with(model, budget, **options):

@@ -4,13 +4,15 @@ still raises NotImplementedError is reported as not attempted."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 from lab_checks import assert_feedback as _status
 from lab_checks import assert_one_line, stub
 from torch import nn
 
-import labchecks as checks
+from labchecks import lab02 as checks
+from labchecks.feedback import FAILED, NOT_ATTEMPTED, PASSED, Feedback, explain, first_line
 
 OTHER = torch.device("meta")  # the second device on a CPU-only machine
 
@@ -24,6 +26,8 @@ RIGHT_WHERE = {
     "with index": lambda: "cpu:0",
     "a torch.device": lambda: torch.device("cpu"),
     "str of a device": lambda: str(torch.device("cpu")),
+    "fresh: capitalised": lambda: "Cpu",
+    "fresh: a device's type": lambda: torch.device("cpu").type,
     "device of a new tensor": lambda: str(torch.ones(1).device),
 }
 WRONG_WHERE = {
@@ -33,21 +37,25 @@ WRONG_WHERE = {
     "cuda:0": (lambda: "cuda:0", "never changes the tensor you call it on"),
     "mps": (lambda: "mps", "never changes the tensor you call it on"),
     "not a device": (lambda: "gpu please", "is not a device name"),
+    "fresh: the second GPU": (lambda: "cuda:1", "never changes the tensor you call it on"),
+    "fresh: a meta device object": (lambda: torch.device("meta"), "never changes the tensor"),
+    "fresh: left as None": (lambda: None, "is not a device name"),
+    "fresh: gpu": (lambda: "gpu", "is not a device name"),
 }
 
 
 @pytest.mark.parametrize("answer", RIGHT_WHERE.values(), ids=RIGHT_WHERE)
 def test_where_is_it_now_accepts_every_way_of_saying_cpu(answer):
-    _status(checks.check_where_is_it_now(answer, OTHER), checks.PASSED)
+    _status(checks.check_where_is_it_now(answer, OTHER), PASSED)
 
 
 @pytest.mark.parametrize(("answer", "phrase"), WRONG_WHERE.values(), ids=WRONG_WHERE)
 def test_where_is_it_now_names_the_moves_in_place_misconception(answer, phrase):
-    _status(checks.check_where_is_it_now(answer, OTHER), checks.FAILED, phrase)
+    _status(checks.check_where_is_it_now(answer, OTHER), FAILED, phrase)
 
 
 def test_where_is_it_now_reports_a_stub_as_not_attempted():
-    _status(checks.check_where_is_it_now(stub, OTHER), checks.NOT_ATTEMPTED)
+    _status(checks.check_where_is_it_now(stub, OTHER), NOT_ATTEMPTED)
 
 
 # --- exercise 2: prepare -------------------------------------------------------------------
@@ -164,22 +172,71 @@ WRONG_PREPARE = {f.__name__: (f, phrases) for f, phrases in (
 )}
 
 
+# Written fresh, never tuned against (issue 37): a guard, a pinned flag, as_tensor, all
+# keywords; wrong: a branch only a GPU machine runs, and the device's index dropped.
+def prepare_guarded(batch, device):
+    return batch if batch.device == torch.device(device) else batch.to(device)
+
+
+def prepare_pinned_flag(batch, device):
+    return batch.to(device, non_blocking=batch.is_pinned())
+
+
+def prepare_as_tensor(batch, device):
+    return torch.as_tensor(batch, device=device)
+
+
+def prepare_all_keywords(batch, device):
+    return batch.to(device=device, dtype=batch.dtype, copy=False)
+
+
+def prepare_cuda_branch(batch, device):
+    return batch.cuda() if torch.cuda.is_available() else batch.to(device)
+
+
+def prepare_type_only(batch, device):
+    return batch.to(device.type)
+
+
+def prepare_rebuilt_from_type(batch, device):
+    return batch.to(torch.device(torch.device(device).type))
+
+
+def prepare_cuda_string_branch(batch, device):
+    return batch.to("cuda" if torch.cuda.is_available() else device)
+
+
+def prepare_clone_after(batch, device):
+    return batch.to(device).clone()
+
+
+RIGHT_PREPARE.update({f"fresh: {f.__name__}": f for f in (
+    prepare_guarded, prepare_pinned_flag, prepare_as_tensor, prepare_all_keywords)})
+WRONG_PREPARE.update({f"fresh: {f.__name__}": (f, phrases) for f, phrases in (
+    (prepare_cuda_branch, ["`.cuda()` sends it to the current GPU (cuda:0)", "cuda:1"]),
+    (prepare_type_only, ["'cuda' without the index", "cuda:1"]),
+    (prepare_rebuilt_from_type, ["'cuda' without the index"]),
+    (prepare_cuda_string_branch, ["'cuda' without the index"]),
+    (prepare_clone_after, ["Did you use copy=True, .clone()"]),
+)})
+
+
 @pytest.mark.parametrize("prepare", RIGHT_PREPARE.values(), ids=RIGHT_PREPARE)
 def test_prepare_accepts_every_correct_style(prepare):
-    _status(checks.check_prepare(prepare, OTHER), checks.PASSED)
+    _status(checks.check_prepare(prepare, OTHER), PASSED)
 
 
 @pytest.mark.parametrize(("prepare", "phrases"), WRONG_PREPARE.values(), ids=WRONG_PREPARE)
 def test_prepare_names_the_misconception_of_each_wrong_answer(prepare, phrases):
-    assert_one_line(_status(checks.check_prepare(prepare, OTHER), checks.FAILED, *phrases))
+    assert_one_line(_status(checks.check_prepare(prepare, OTHER), FAILED, *phrases))
 
 
 def test_prepare_reports_a_stub_as_not_attempted():
-    _status(checks.check_prepare(stub, OTHER), checks.NOT_ATTEMPTED)
+    _status(checks.check_prepare(stub, OTHER), NOT_ATTEMPTED)
 
 
 def test_a_check_given_the_result_instead_of_the_function_says_so():
-    _status(checks.check_prepare(torch.ones(2), OTHER), checks.FAILED, "without calling it")
+    _status(checks.check_prepare(torch.ones(2), OTHER), FAILED, "without calling it")
 
 
 def test_an_overridden_device_is_not_blamed_on_the_result_not_kept():
@@ -227,13 +284,24 @@ def predictions_merged():
             **{q: v for q, v in predictions_literal().items() if q.startswith("t")}}
 
 
+def predictions_from_pairs():
+    pairs = [("t.to('cpu') is t", True), ("t.to(torch.float64) is t", False),
+             ("t.to('cpu', copy=True) is t", False), ("t.cpu() is t", True),
+             ("model.to('cpu') is model", True), ("model.to(torch.float64) is model", True)]
+    return dict(pairs)
+
+
 def predictions_with_an_extra_note():
     return {**predictions_literal(), "note": "model.to is in place"}
 
 
 RIGHT_IS = {f.__name__: f for f in (
     predictions_literal, predictions_update, predictions_one_by_one, predictions_zip,
-    predictions_comprehension, predictions_merged, predictions_with_an_extra_note)}
+    predictions_comprehension, predictions_merged, predictions_with_an_extra_note,
+    predictions_from_pairs)}
+RIGHT_IS["fresh: predictions_from_pairs"] = RIGHT_IS.pop("predictions_from_pairs")
+RIGHT_IS["fresh: NumPy booleans"] = lambda: {q: np.bool_(v)
+                                             for q, v in predictions_literal().items()}
 WRONG_IS = {
     "always copies": ({q: (False if q.startswith("t") else v) for q, v in RIGHT.items()},
                       ["always copies", "`t.to('cpu') is t` is True"]),
@@ -248,17 +316,20 @@ WRONG_IS = {
     "empty": ({}, ["no prediction yet"]),
     "left None": (dict.fromkeys(RIGHT), ["no prediction yet"]),
     "a list": ([True] * 6, ["return a dict"]),
+    "fresh: all True": (dict.fromkeys(RIGHT, True), ["2 of 6 wrong", "copy=True always builds"]),
+    "fresh: all False": (dict.fromkeys(RIGHT, False), ["always copies", "works in place"]),
+    "fresh: ones and zeros": ({q: int(v) for q, v in RIGHT.items()}, ["use True or False"]),
 }
 
 
 @pytest.mark.parametrize("predict", RIGHT_IS.values(), ids=RIGHT_IS)
 def test_is_predictions_accept_every_way_of_writing_the_right_dict(predict):
-    _status(checks.check_is_predictions(predict), checks.PASSED)
+    _status(checks.check_is_predictions(predict), PASSED)
 
 
 @pytest.mark.parametrize(("answers", "phrases"), WRONG_IS.values(), ids=WRONG_IS)
 def test_is_predictions_name_the_misconception(answers, phrases):
-    _status(checks.check_is_predictions(lambda: answers), checks.FAILED, *phrases)
+    _status(checks.check_is_predictions(lambda: answers), FAILED, *phrases)
 
 
 def test_is_predictions_are_true_facts_on_this_torch():
@@ -274,7 +345,7 @@ def test_a_single_wrong_answer_is_not_called_always_copies():
 
 
 def test_is_predictions_report_a_stub_as_not_attempted():
-    _status(checks.check_is_predictions(stub), checks.NOT_ATTEMPTED)
+    _status(checks.check_is_predictions(stub), NOT_ATTEMPTED)
 
 
 # --- exercise 4: model and optimizer -------------------------------------------------------
@@ -376,14 +447,87 @@ WRONG_BUILD = {f.__name__: (f, phrases) for f, phrases in (
 )}
 
 
+# Written fresh (issue 37): options, a device block, listed, named, two groups; wrong: an
+# optimizer over some of the parameters, a GPU-only branch, the device's index dropped.
+def build_reassigned_with_options(device):
+    model = nn.Linear(3, 2)
+    model = model.to(device)
+    return model, torch.optim.Adagrad(model.parameters(), lr=0.01, initial_accumulator_value=0.1)
+
+
+def build_in_a_device_block(device):
+    with torch.device(device):
+        model = nn.Linear(3, 2)
+    return model, torch.optim.Adagrad(model.parameters())
+
+
+def build_listed(device):
+    model = nn.Linear(3, 2).to(device)
+    return model, torch.optim.Adagrad([model.weight, model.bias])
+
+
+def build_named_parameters(device):
+    model = nn.Linear(3, 2).to(device)
+    return model, torch.optim.Adagrad(model.named_parameters())
+
+
+def build_two_groups(device):
+    model = nn.Linear(3, 2).to(device)
+    return model, torch.optim.Adagrad([{"params": [model.weight]},
+                                       {"params": [model.bias], "lr": 0.001}])
+
+
+def build_weight_only(device):
+    model = nn.Linear(3, 2).to(device)
+    return model, torch.optim.Adagrad([model.weight])
+
+
+def build_first_parameter_only(device):
+    model = nn.Linear(3, 2).to(device)
+    return model, torch.optim.Adagrad(list(model.parameters())[:1])
+
+
+def build_cuda_branch(device):
+    model = nn.Linear(3, 2)
+    model = model.cuda() if torch.cuda.is_available() else model.to(device)
+    return model, torch.optim.Adagrad(model.parameters())
+
+
+def build_type_only(device):
+    model = nn.Linear(3, 2).to(device.type)
+    return model, torch.optim.Adagrad(model.parameters())
+
+
+def build_made_on_a_cuda_branch(device):
+    model = nn.Linear(3, 2, device="cuda" if torch.cuda.is_available() else device)
+    return model, torch.optim.Adagrad(model.parameters())
+
+
+def build_returns_a_list(device):
+    model = nn.Linear(3, 2).to(device)
+    return [model, torch.optim.Adagrad(model.parameters())]
+
+
+RIGHT_BUILD.update({f"fresh: {f.__name__}": f for f in (
+    build_returns_a_list, build_reassigned_with_options, build_in_a_device_block, build_listed,
+    build_named_parameters, build_two_groups)})
+WRONG_BUILD.update({f"fresh: {f.__name__}": (f, phrases) for f, phrases in (
+    (build_weight_only, ["holds 1 of the model's 2 parameters", "bias would never train"]),
+    (build_first_parameter_only, ["holds 1 of the model's 2 parameters"]),
+    (build_cuda_branch, ["`.cuda()` sends it to the current GPU (cuda:0)"]),
+    (build_type_only, ["'cuda' without the index"]),
+    (build_made_on_a_cuda_branch, ["'cuda' without the index"]),
+)})
+
+
 @pytest.mark.parametrize("build", RIGHT_BUILD.values(), ids=RIGHT_BUILD)
 def test_model_and_optimizer_accepts_every_correct_style(build):
-    _status(checks.check_model_and_optimizer(build, OTHER), checks.PASSED)
+    _status(checks.check_model_and_optimizer(build, OTHER), PASSED)
 
 
 @pytest.mark.parametrize(("build", "phrases"), WRONG_BUILD.values(), ids=WRONG_BUILD)
 def test_model_and_optimizer_names_the_misconception(build, phrases):
-    assert_one_line(_status(checks.check_model_and_optimizer(build, OTHER), checks.FAILED,
+    assert_one_line(_status(checks.check_model_and_optimizer(build, OTHER), FAILED,
                             *phrases))
 
 
@@ -393,13 +537,13 @@ def test_an_overridden_device_is_not_blamed_on_a_missing_model_to():
 
 
 def test_model_and_optimizer_stub_is_not_attempted():
-    _status(checks.check_model_and_optimizer(stub, OTHER), checks.NOT_ATTEMPTED)
+    _status(checks.check_model_and_optimizer(stub, OTHER), NOT_ATTEMPTED)
 
 
-@pytest.mark.parametrize("status", [checks.PASSED, checks.FAILED, checks.NOT_ATTEMPTED])
+@pytest.mark.parametrize("status", [PASSED, FAILED, NOT_ATTEMPTED])
 def test_feedback_is_truthy_only_when_passed(status):
-    feedback = checks.Feedback("Exercise 9", status, "message")
-    assert bool(feedback) == (status == checks.PASSED)
+    feedback = Feedback("Exercise 9", status, "message")
+    assert bool(feedback) == (status == PASSED)
     assert str(feedback).endswith("Exercise 9: message")
 
 
@@ -407,7 +551,7 @@ def test_pytorchs_own_not_implemented_error_is_a_failure_not_an_unattempted_exer
     def prepare(batch, device):
         return torch.empty(2, device="meta").to("cpu")  # "Cannot copy out of meta tensor"
 
-    _status(checks.check_prepare(prepare, OTHER), checks.FAILED, "Cannot copy out of meta tensor")
+    _status(checks.check_prepare(prepare, OTHER), FAILED, "Cannot copy out of meta tensor")
 
 
 # --- one-line explanations of raised errors ------------------------------------------------
@@ -417,13 +561,13 @@ def test_explanations_strip_terminal_escape_codes_and_keep_one_line():
     error = RuntimeError("Weights only load failed. \x1b[1mdo those steps only if you trust "
                          "the source\x1b[0m.\n\t(1) ...\nWeightsUnpickler error: Unsupported "
                          "global: GLOBAL labchecks.lab05.MysteryNet was not an allowed global")
-    text = checks.feedback.explain(error)
+    text = explain(error)
     assert "\x1b" not in text and "\n" not in text
     assert "labchecks.lab05.MysteryNet" in text and "don't" in text
 
 
 def test_a_long_first_line_is_cut():
-    assert len(checks.feedback.first_line(ValueError("x" * 500))) < 230
+    assert len(first_line(ValueError("x" * 500))) < 230
 
 
 def test_a_device_fixed_in_the_function_is_caught_even_when_it_matches_the_device_asked_for():
@@ -438,8 +582,8 @@ def test_a_device_fixed_in_the_function_is_caught_even_when_it_matches_the_devic
         model = nn.Linear(3, 2).to(device)
         return model, torch.optim.Adagrad(model.parameters())
 
-    _status(checks.check_prepare(prepare, OTHER), checks.FAILED, "sets `device = ...` itself")
-    _status(checks.check_model_and_optimizer(build, OTHER), checks.FAILED, "asked for cpu",
+    _status(checks.check_prepare(prepare, OTHER), FAILED, "sets `device = ...` itself")
+    _status(checks.check_model_and_optimizer(build, OTHER), FAILED, "asked for cpu",
             "sets `device = ...` itself")
 
 
@@ -492,24 +636,55 @@ WRONG_TRAINABLE = {
 }
 
 
+def trainable_copied_into(values, device):
+    weight = torch.empty(len(values), device=device)
+    weight.copy_(torch.tensor(values))
+    return weight.requires_grad_()
+
+
+def trainable_cuda_branch(values, device):
+    weight = torch.tensor(values)
+    weight = weight.cuda() if torch.cuda.is_available() else weight.to(device)
+    return weight.requires_grad_()
+
+
+# Written fresh (issue 37): wrong ones only a GPU machine, or an indexed device, shows.
+RIGHT_TRAINABLE.update({
+    "fresh: float32, moved, marked":
+        lambda v, d: torch.tensor(v, dtype=torch.float32).to(d).requires_grad_(),
+    "fresh: copied into an empty tensor": trainable_copied_into,
+    "fresh: as_tensor, float(), marked":
+        lambda v, d: torch.as_tensor(v, device=d).float().requires_grad_(),
+})
+WRONG_TRAINABLE.update({
+    "fresh: made on a 'cuda' branch": (
+        lambda v, d: torch.tensor(v, device="cuda" if torch.cuda.is_available() else d,
+                                  requires_grad=True), "'cuda' without the index"),
+    "fresh: a .cuda() branch": (trainable_cuda_branch, "`.cuda()` sends it to the current GPU"),
+    "fresh: the device's type only": (
+        lambda v, d: torch.tensor(v, device=d.type, requires_grad=True),
+        "'cuda' without the index"),
+})
+
+
 @pytest.mark.parametrize("make", RIGHT_TRAINABLE.values(), ids=RIGHT_TRAINABLE)
 def test_trainable_accepts_every_way_of_making_a_leaf_on_the_device(make):
-    _status(checks.check_trainable(make, OTHER), checks.PASSED)
+    _status(checks.check_trainable(make, OTHER), PASSED)
 
 
 @pytest.mark.parametrize(("make", "phrase"), WRONG_TRAINABLE.values(), ids=WRONG_TRAINABLE)
 def test_trainable_names_each_mistake_in_one_line(make, phrase):
-    assert_one_line(_status(checks.check_trainable(make, OTHER), checks.FAILED, phrase))
+    assert_one_line(_status(checks.check_trainable(make, OTHER), FAILED, phrase))
 
 
 def test_each_trainable_mistake_gets_its_own_message():
     messages = {checks.check_trainable(make, OTHER).message for make, _ in
                 WRONG_TRAINABLE.values()}
-    assert len(messages) == len(WRONG_TRAINABLE)
+    assert len(messages) == len({phrase for _, phrase in WRONG_TRAINABLE.values()})
 
 
 def test_trainable_stub_is_not_attempted():
-    _status(checks.check_trainable(stub, OTHER), checks.NOT_ATTEMPTED)
+    _status(checks.check_trainable(stub, OTHER), NOT_ATTEMPTED)
 
 
 def test_every_right_trainable_answer_trains_where_the_tensor_is_made():
@@ -531,5 +706,13 @@ def test_every_right_trainable_answer_trains_where_the_tensor_is_made():
                                    RIGHT_TRAINABLE],
                          ids=["exercise 1", "exercise 2", "exercise 3", "exercise 4",
                               "exercise 5"])
-def test_every_exercise_has_at_least_six_differently_written_right_answers(table):
-    assert len(table) >= 6
+def test_every_exercise_has_at_least_eight_differently_written_right_answers(table):
+    assert len(table) >= 8
+
+
+@pytest.mark.parametrize("table", [WRONG_WHERE, WRONG_PREPARE, WRONG_IS, WRONG_BUILD,
+                                   WRONG_TRAINABLE],
+                         ids=["exercise 1", "exercise 2", "exercise 3", "exercise 4",
+                              "exercise 5"])
+def test_every_exercise_has_at_least_ten_wrong_answers(table):
+    assert len(table) >= 10

@@ -3,6 +3,8 @@ and an exercise that still raises NotImplementedError is reported as not attempt
 
 from __future__ import annotations
 
+import collections
+
 import pytest
 import torch
 from lab_checks import assert_feedback as _status
@@ -10,8 +12,10 @@ from lab_checks import assert_one_line, stub
 from torch import nn
 from torch.nn.modules.utils import consume_prefix_in_state_dict_if_present
 
-import labchecks as checks
+import utils
 from labchecks import lab05
+from labchecks import lab05 as checks
+from labchecks.feedback import FAILED, NOT_ATTEMPTED, PASSED
 
 CPU_ONLY = not torch.cuda.is_available()
 
@@ -25,21 +29,21 @@ def test_gpu_checkpoint_passes_map_location_device(tmp_path):
     def good(path, device):
         return torch.load(path, map_location=device, weights_only=True)
 
-    _status(checks.check_gpu_checkpoint(good, "cpu", folder=tmp_path), checks.PASSED)
+    _status(checks.check_gpu_checkpoint(good, "cpu", folder=tmp_path), PASSED)
 
 
 @pytest.mark.skipif(not CPU_ONLY, reason="the genuine error needs a machine without CUDA")
 def test_gpu_checkpoint_catches_a_missing_map_location(tmp_path):
     _status(checks.check_gpu_checkpoint(lambda path, device: torch.load(path), "cpu",
                                         folder=tmp_path),
-            checks.FAILED, "without map_location", "'cuda:0'", "Attempting to deserialize")
+            FAILED, "without map_location", "'cuda:0'", "Attempting to deserialize")
 
 
 @pytest.mark.skipif(not CPU_ONLY, reason="'cuda' is a real device on a GPU machine")
 def test_gpu_checkpoint_catches_map_location_cuda_on_a_cpu_machine(tmp_path):
     _status(checks.check_gpu_checkpoint(lambda p, d: torch.load(p, map_location="cuda"), "cpu",
                                         folder=tmp_path),
-            checks.FAILED, "map_location='cuda' names a device this machine does not have")
+            FAILED, "map_location='cuda' names a device this machine does not have")
 
 
 @pytest.mark.skipif(not CPU_ONLY, reason="the cuda:1 tag loads where there are two GPUs")
@@ -47,21 +51,21 @@ def test_gpu_checkpoint_catches_a_dict_that_misses_a_tag(tmp_path):
     def only_cuda0(path, device):
         return torch.load(path, map_location={"cuda:0": str(device)})
 
-    _status(checks.check_gpu_checkpoint(only_cuda0, "cpu", folder=tmp_path), checks.FAILED,
+    _status(checks.check_gpu_checkpoint(only_cuda0, "cpu", folder=tmp_path), FAILED,
             "remaps only the tags it lists", "cuda:0")
 
 
 def test_gpu_checkpoint_catches_an_ignored_device_argument(tmp_path):
     _status(checks.check_gpu_checkpoint(lambda p, d: torch.load(p, map_location="cpu"), "cpu",
                                         folder=tmp_path),
-            checks.FAILED, "ignores its `device` argument", "meta")
+            FAILED, "ignores its `device` argument", "meta")
 
 
 def test_gpu_checkpoint_catches_weights_only_false(tmp_path):
     def unsafe(path, device):
         return torch.load(path, map_location=device, weights_only=False)
 
-    _status(checks.check_gpu_checkpoint(unsafe, "cpu", folder=tmp_path), checks.FAILED,
+    _status(checks.check_gpu_checkpoint(unsafe, "cpu", folder=tmp_path), FAILED,
             "weights_only=False")
 
 
@@ -71,12 +75,12 @@ def test_gpu_checkpoint_catches_returning_a_model(tmp_path):
         model.load_state_dict(torch.load(path, map_location="cpu"))
         return model
 
-    _status(checks.check_gpu_checkpoint(returns_model, "cpu", folder=tmp_path), checks.FAILED,
+    _status(checks.check_gpu_checkpoint(returns_model, "cpu", folder=tmp_path), FAILED,
             "return the loaded state dict")
 
 
 def test_gpu_checkpoint_stub_is_not_attempted(tmp_path):
-    _status(checks.check_gpu_checkpoint(stub, "cpu", folder=tmp_path), checks.NOT_ATTEMPTED)
+    _status(checks.check_gpu_checkpoint(stub, "cpu", folder=tmp_path), NOT_ATTEMPTED)
 
 
 # --- Exercises 2 and 3 --------------------------------------------------------------------
@@ -100,7 +104,7 @@ CHECKS = {"module.": checks.check_ddp_checkpoint, "_orig_mod.": checks.check_com
 
 @pytest.mark.parametrize("prefix", CHECKS)
 def test_prefixed_checkpoint_passes_when_only_the_leading_prefix_goes(tmp_path, prefix):
-    _status(CHECKS[prefix](make_prefix_loader(prefix), folder=tmp_path), checks.PASSED, prefix)
+    _status(CHECKS[prefix](make_prefix_loader(prefix), folder=tmp_path), PASSED, prefix)
 
 
 @pytest.mark.parametrize("prefix", CHECKS)
@@ -112,20 +116,20 @@ def test_prefixed_checkpoint_passes_utils_strip_wrapper_prefixes(tmp_path, prefi
         model.load_state_dict(utils.strip_wrapper_prefixes(state))
         return model
 
-    _status(CHECKS[prefix](load, folder=tmp_path), checks.PASSED)
+    _status(CHECKS[prefix](load, folder=tmp_path), PASSED)
 
 
 @pytest.mark.parametrize("prefix", CHECKS)
 def test_prefixed_checkpoint_catches_keys_left_prefixed(tmp_path, prefix):
     _status(CHECKS[prefix](make_prefix_loader(prefix, how="none"), folder=tmp_path),
-            checks.FAILED, f"still start with {prefix!r}")
+            FAILED, f"still start with {prefix!r}")
 
 
 @pytest.mark.parametrize("prefix", CHECKS)
 def test_prefixed_checkpoint_catches_strict_false_hiding_missing_keys(tmp_path, prefix):
     _status(CHECKS[prefix](make_prefix_loader(prefix, how="none", strict=False),
                            folder=tmp_path),
-            checks.FAILED, f"still start with {prefix!r}", "strict=False hid the mismatch")
+            FAILED, f"still start with {prefix!r}", "strict=False hid the mismatch")
 
 
 def test_compiled_checkpoint_catches_stripping_the_wrong_prefix(tmp_path):
@@ -135,20 +139,20 @@ def test_compiled_checkpoint_catches_stripping_the_wrong_prefix(tmp_path):
         model.load_state_dict(state)
         return model
 
-    _status(checks.check_compiled_checkpoint(wrong_prefix, folder=tmp_path), checks.FAILED,
+    _status(checks.check_compiled_checkpoint(wrong_prefix, folder=tmp_path), FAILED,
             "still start with '_orig_mod.'")
 
 
 def test_ddp_checkpoint_catches_replace_that_rewrites_inner_names(tmp_path):
     _status(checks.check_ddp_checkpoint(make_prefix_loader("module.", how="replace"),
                                         folder=tmp_path),
-            checks.FAILED, "'module.submodule.weight' became 'subweight'", "removeprefix")
+            FAILED, "'module.submodule.weight' became 'subweight'", "removeprefix")
 
 
 def test_ddp_checkpoint_catches_replace_hidden_by_strict_false(tmp_path):
     _status(checks.check_ddp_checkpoint(make_prefix_loader("module.", "replace", strict=False),
                                         folder=tmp_path),
-            checks.FAILED, "became 'subweight'", "strict=False hid the mismatch")
+            FAILED, "became 'subweight'", "strict=False hid the mismatch")
 
 
 def test_replace_really_corrupts_a_key_that_consume_prefix_keeps():
@@ -166,7 +170,7 @@ def test_ddp_checkpoint_catches_loading_into_another_model(tmp_path):
         other.load_state_dict(state)
         return other
 
-    _status(checks.check_ddp_checkpoint(loads_elsewhere, folder=tmp_path), checks.FAILED,
+    _status(checks.check_ddp_checkpoint(loads_elsewhere, folder=tmp_path), FAILED,
             "into `model` itself")
 
 
@@ -177,13 +181,13 @@ def test_ddp_checkpoint_catches_weights_only_false(tmp_path):
         model.load_state_dict(state)
         return model
 
-    _status(checks.check_ddp_checkpoint(unsafe, folder=tmp_path), checks.FAILED,
+    _status(checks.check_ddp_checkpoint(unsafe, folder=tmp_path), FAILED,
             "weights_only=False")
 
 
 @pytest.mark.parametrize("prefix", CHECKS)
 def test_prefixed_checkpoint_stub_is_not_attempted(tmp_path, prefix):
-    _status(CHECKS[prefix](stub, folder=tmp_path), checks.NOT_ATTEMPTED)
+    _status(CHECKS[prefix](stub, folder=tmp_path), NOT_ATTEMPTED)
 
 
 # --- Exercise 4 ---------------------------------------------------------------------------
@@ -199,7 +203,7 @@ def good_whole_loader(path, trusted):
 
 
 def test_whole_model_passes_inspect_then_safe_globals(tmp_path):
-    _status(checks.check_whole_model(good_whole_loader, folder=tmp_path), checks.PASSED)
+    _status(checks.check_whole_model(good_whole_loader, folder=tmp_path), PASSED)
 
 
 def test_whole_model_passes_safe_globals_alone(tmp_path):
@@ -207,20 +211,20 @@ def test_whole_model_passes_safe_globals_alone(tmp_path):
         with torch.serialization.safe_globals(trusted):
             return torch.load(path, weights_only=True)
 
-    _status(checks.check_whole_model(safe_globals_only, folder=tmp_path), checks.PASSED)
+    _status(checks.check_whole_model(safe_globals_only, folder=tmp_path), PASSED)
 
 
 def test_whole_model_catches_weights_only_false_and_leaves_no_marker(tmp_path):
     before = list(lab05.MARKERS)
     _status(checks.check_whole_model(lambda p, t: torch.load(p, weights_only=False),
                                      folder=tmp_path),
-            checks.FAILED, "ran code hidden in the second file")
+            FAILED, "ran code hidden in the second file")
     assert lab05.MARKERS == before
 
 
 def test_whole_model_catches_a_plain_load(tmp_path):
     _status(checks.check_whole_model(lambda p, t: torch.load(p), folder=tmp_path),
-            checks.FAILED, "refused MysteryNet and Linear", "safe_globals(trusted)")
+            FAILED, "refused MysteryNet and Linear", "safe_globals(trusted)")
 
 
 def test_whole_model_catches_add_safe_globals_and_restores_the_allowlist(tmp_path):
@@ -228,7 +232,7 @@ def test_whole_model_catches_add_safe_globals_and_restores_the_allowlist(tmp_pat
         torch.serialization.add_safe_globals(trusted)
         return torch.load(path, weights_only=True)
 
-    _status(checks.check_whole_model(global_allowlist, folder=tmp_path), checks.FAILED,
+    _status(checks.check_whole_model(global_allowlist, folder=tmp_path), FAILED,
             "add_safe_globals")
     allowed = torch.serialization.get_safe_globals()  # PyTorch may add its own on first use
     assert checks.MysteryNet not in allowed and nn.Linear not in allowed
@@ -238,7 +242,7 @@ def test_whole_model_catches_returning_the_state_dict(tmp_path):
     def state_dict_instead(path, trusted):
         return good_whole_loader(path, trusted).state_dict()
 
-    _status(checks.check_whole_model(state_dict_instead, folder=tmp_path), checks.FAILED,
+    _status(checks.check_whole_model(state_dict_instead, folder=tmp_path), FAILED,
             "return the loaded model")
 
 
@@ -249,12 +253,12 @@ def test_whole_model_catches_a_loader_that_accepts_everything(tmp_path):
         except Exception:
             return nn.Identity()
 
-    _status(checks.check_whole_model(swallows_errors, folder=tmp_path), checks.FAILED,
+    _status(checks.check_whole_model(swallows_errors, folder=tmp_path), FAILED,
             "instead of refusing")
 
 
 def test_whole_model_stub_is_not_attempted(tmp_path):
-    _status(checks.check_whole_model(stub, folder=tmp_path), checks.NOT_ATTEMPTED)
+    _status(checks.check_whole_model(stub, folder=tmp_path), NOT_ATTEMPTED)
 
 
 def test_the_marker_class_really_runs_under_weights_only_false(tmp_path):
@@ -269,7 +273,7 @@ def test_the_marker_class_really_runs_under_weights_only_false(tmp_path):
 def test_whole_model_is_not_fooled_by_an_earlier_add_safe_globals(tmp_path):
     torch.serialization.add_safe_globals([checks.MysteryNet, nn.Linear])
     _status(checks.check_whole_model(lambda p, t: torch.load(p), folder=tmp_path),
-            checks.FAILED, "refused MysteryNet and Linear")
+            FAILED, "refused MysteryNet and Linear")
     assert checks.MysteryNet not in torch.serialization.get_safe_globals()
 
 
@@ -334,15 +338,54 @@ if CPU_ONLY:
     })
 
 
+# Written fresh, never tuned against (issue 37): judged as a machine with two GPUs would run
+# them, given cuda:1, so a device without its index and a GPU-only branch are seen anywhere.
+def load_then_move(path, device):
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    return {key: value.to(device) for key, value in state.items()}
+
+
+def load_from_a_with_block(path, device):
+    with open(path, "rb") as handle:
+        return torch.load(handle, map_location=device, weights_only=True)
+
+
+def load_then_cuda_branch(path, device):
+    state = torch.load(path, map_location="cpu")
+    return {key: value.cuda() if torch.cuda.is_available() else value.to(device)
+            for key, value in state.items()}
+
+
+RIGHT_GPU.update({
+    "fresh: load on the CPU, then move": load_then_move,
+    "fresh: from a with block": load_from_a_with_block,
+    "fresh: a dict copy": lambda p, d: dict(torch.load(p, map_location=d, weights_only=True)),
+})
+WRONG_GPU.update({
+    "fresh: the device's type only": (lambda p, d: torch.load(p, map_location=d.type),
+                                      ["'cuda' without the index", "map_location=device"]),
+    "fresh: a device rebuilt from its type": (
+        lambda p, d: torch.load(p, map_location=torch.device(torch.device(d).type)),
+        ["'cuda' without the index"]),
+    "fresh: 'cuda' when there is one": (
+        lambda p, d: torch.load(p, map_location="cuda" if torch.cuda.is_available() else d),
+        ["'cuda' without the index"]),
+    "fresh: .cuda() when there is one": (load_then_cuda_branch,
+                                         ["`.cuda()` sends it to the current GPU"]),
+    "fresh: the values only": (lambda p, d: list(torch.load(p, map_location=d).values()),
+                               ["return the loaded state dict"]),
+})
+
+
 @pytest.mark.parametrize("load", RIGHT_GPU.values(), ids=RIGHT_GPU)
 def test_gpu_checkpoint_accepts_every_correct_style(tmp_path, load):
-    _status(checks.check_gpu_checkpoint(load, "cpu", folder=tmp_path), checks.PASSED)
+    _status(checks.check_gpu_checkpoint(load, "cpu", folder=tmp_path), PASSED)
 
 
 @pytest.mark.parametrize(("load", "phrases"), WRONG_GPU.values(), ids=WRONG_GPU)
 def test_gpu_checkpoint_names_the_misconception(tmp_path, load, phrases):
     assert_one_line(_status(checks.check_gpu_checkpoint(load, "cpu", folder=tmp_path),
-                            checks.FAILED, *phrases))
+                            FAILED, *phrases))
 
 
 def test_unkept_moves_are_not_blamed_on_an_ignored_device_argument(tmp_path):
@@ -413,7 +456,46 @@ def right_prefix_loaders(prefix):
             "re").escape(p), "", k), prefix),
         "partition": strip_with(lambda k, p: k.partition(p)[2] if k.startswith(p) else k, prefix),
         "wrapper or assign=True": wrapper_loads(prefix),
+        # written fresh (issue 37)
+        "fresh: an OrderedDict": ordered_dict(prefix),
+        "fresh: split at the first dot": strip_with(
+            lambda k, p: k.split(".", 1)[1] if k.startswith(p) else k, prefix),
+        "fresh: keys popped in place": pop_in_place(prefix),
     }
+
+
+def ordered_dict(prefix):
+    def load(path, model):
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        model.load_state_dict(collections.OrderedDict(
+            (key[len(prefix):] if key.startswith(prefix) else key, value)
+            for key, value in state.items()))
+        return model
+
+    return load
+
+
+def pop_in_place(prefix):
+    def load(path, model):
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        for key in list(state):
+            if key.startswith(prefix):
+                state[key[len(prefix):]] = state.pop(key)
+        model.load_state_dict(state)
+        return model
+
+    return load
+
+
+def into_a_new_model(prefix):
+    def load(path, model):
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        consume_prefix_in_state_dict_if_present(state, prefix)
+        fresh = type(model)()
+        fresh.load_state_dict(state)
+        return fresh
+
+    return load
 
 
 def consume_kept_as_result(prefix):
@@ -472,6 +554,17 @@ def wrong_prefix_loaders(prefix):
         "weights_only=False": (unsafe_prefix_loader(prefix), ["weights_only=False"]),
         "prefix left": (make_prefix_loader(prefix, how="none"), [f"still start with {prefix!r}"]),
     }
+    other = "_orig_mod." if prefix == "module." else "module."
+    wrong.update({  # written fresh (issue 37)
+        "fresh: the other wrapper's prefix stripped": (
+            strip_with(lambda k, p: k.removeprefix(other), prefix),
+            [f"still start with {prefix!r}"]),
+        "fresh: loaded into a new model": (into_a_new_model(prefix),
+                                           ["load the stripped state dict into `model` itself"]),
+        "fresh: the prefix replaced without its dot": (
+            strip_with(lambda k, p: k.replace(p.rstrip("."), ""), prefix),
+            ["load_state_dict refused"]),
+    })
     if prefix == "module.":
         wrong["replace"] = (make_prefix_loader(prefix, how="replace"), ["became 'subweight'"])
     return wrong
@@ -489,12 +582,12 @@ WRONG_PREFIXED = [pytest.param(prefix, loader, phrases, id=f"{prefix}{name}") fo
 
 @pytest.mark.parametrize(("prefix", "load"), RIGHT_PREFIXED)
 def test_prefixed_checkpoint_accepts_every_correct_style(tmp_path, prefix, load):
-    _status(CHECKS[prefix](load, folder=tmp_path), checks.PASSED)
+    _status(CHECKS[prefix](load, folder=tmp_path), PASSED)
 
 
 @pytest.mark.parametrize(("prefix", "load", "phrases"), WRONG_PREFIXED)
 def test_prefixed_checkpoint_names_the_misconception(tmp_path, prefix, load, phrases):
-    assert_one_line(_status(CHECKS[prefix](load, folder=tmp_path), checks.FAILED, *phrases))
+    assert_one_line(_status(CHECKS[prefix](load, folder=tmp_path), FAILED, *phrases))
 
 
 def test_mystery_net_layer_names_expose_lstrip_for_both_prefixes():
@@ -545,14 +638,76 @@ RIGHT_WHOLE = {f.__name__: f for f in (good_whole_loader, whole_by_name, whole_l
 RIGHT_WHOLE["inspect first, map_location='cpu'"] = lambda p, t: good_whole_loader(p, t)
 
 
+def whole_set_difference(path, trusted):
+    trusted_names = {f"{c.__module__}.{c.__name__}" for c in trusted}
+    unknown = set(torch.serialization.get_unsafe_globals_in_checkpoint(path)) - trusted_names
+    if unknown:
+        raise utils.UnsafeCheckpointError(f"{path} asks for {sorted(unknown)}")
+    with torch.serialization.safe_globals(trusted):
+        return torch.load(path, weights_only=True, map_location="cpu")
+
+
+def whole_all_check(path, trusted):
+    names = [f"{c.__module__}.{c.__qualname__}" for c in trusted]
+    if not all(g in names for g in torch.serialization.get_unsafe_globals_in_checkpoint(path)):
+        raise PermissionError("the file asks for a class I do not trust")
+    with torch.serialization.safe_globals([*trusted]):
+        return torch.load(open(path, "rb"))
+
+
+def whole_add_safe_globals(path, trusted):
+    torch.serialization.add_safe_globals(trusted)
+    return torch.load(path)
+
+
+def whole_returns_the_state_dict(path, trusted):
+    with torch.serialization.safe_globals(trusted):
+        return torch.load(path).state_dict()
+
+
+def whole_swallows_the_refusal(path, trusted):
+    try:
+        with torch.serialization.safe_globals(trusted):
+            return torch.load(path)
+    except Exception:
+        return None
+
+
+def whole_unsafe_after_a_look(path, trusted):
+    torch.serialization.get_unsafe_globals_in_checkpoint(path)  # looked, then ignored it
+    return torch.load(path, weights_only=False)
+
+
+RIGHT_WHOLE.update({
+    "fresh: set difference, utils' error": whole_set_difference,
+    "fresh: all(), PermissionError, a file handle": whole_all_check,
+    "fresh: let PyTorch refuse, on a list copy": lambda p, t: whole_let_pytorch_refuse(p, list(t)),
+})
+WRONG_WHOLE = {
+    "fresh: add_safe_globals": (whole_add_safe_globals, ["add_safe_globals allowlists"]),
+    "fresh: returns the state dict": (whole_returns_the_state_dict, ["return the loaded model"]),
+    "fresh: swallows the refusal": (whole_swallows_the_refusal, ["instead of refusing it"]),
+    "fresh: weights_only=False after a look": (whole_unsafe_after_a_look,
+                                               ["ran code hidden in the second file"]),
+    "plain torch.load": (lambda p, t: torch.load(p), ["refused MysteryNet and Linear"]),
+    "checks the names, then weights_only=False": (whole_refuses_then_unsafe,
+                                                  ["no code from the second file ran"]),
+}
+
+
+@pytest.mark.parametrize(("load", "phrases"), WRONG_WHOLE.values(), ids=WRONG_WHOLE)
+def test_whole_model_names_each_mistake(tmp_path, load, phrases):
+    assert_one_line(_status(checks.check_whole_model(load, folder=tmp_path), FAILED, *phrases))
+
+
 @pytest.mark.parametrize("load", RIGHT_WHOLE.values(), ids=RIGHT_WHOLE)
 def test_whole_model_accepts_every_correct_style(tmp_path, load):
-    _status(checks.check_whole_model(load, folder=tmp_path), checks.PASSED)
+    _status(checks.check_whole_model(load, folder=tmp_path), PASSED)
 
 
 def test_whole_model_with_weights_only_false_but_no_code_run_is_not_told_code_ran(tmp_path):
     feedback = _status(checks.check_whole_model(whole_refuses_then_unsafe, folder=tmp_path),
-                       checks.FAILED, "no code from the second file ran", "weights_only=False")
+                       FAILED, "no code from the second file ran", "weights_only=False")
     assert "your loader ran code" not in feedback.message
 
 
@@ -576,7 +731,7 @@ def test_ddp_checkpoint_names_the_keys_a_failed_load_state_dict_lists(tmp_path):
         return model
 
     feedback = _status(checks.check_ddp_checkpoint(drops_the_biases, folder=tmp_path),
-                       checks.FAILED, "load_state_dict refused the weights: missing keys [")
+                       FAILED, "load_state_dict refused the weights: missing keys [")
     assert "bias" in feedback.message
 
 

@@ -4,6 +4,7 @@ still raises NotImplementedError is reported as not attempted."""
 
 from __future__ import annotations
 
+import io
 import os
 import random
 import shutil
@@ -15,9 +16,10 @@ import torch
 from lab_checks import assert_feedback as _status
 from lab_checks import assert_one_line, stub
 
-import labchecks as checks
 import utils
 from labchecks import lab06
+from labchecks import lab06 as checks
+from labchecks.feedback import FAILED, NOT_ATTEMPTED, PASSED
 
 # --- exercise 1: atomic_save ----------------------------------------------------------------
 
@@ -153,14 +155,65 @@ WRONG_ATOMIC = {f.__name__: (f, phrases) for f, phrases in (
 )}
 
 
+# Written fresh, never tuned against (issue 37).
+def save_path_replace(obj, path):
+    partial = Path(path).with_name(Path(path).name + ".part")
+    torch.save(obj, partial)
+    partial.replace(path)
+
+
+def save_mkstemp_fdopen(obj, path):
+    descriptor, temporary = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)))
+    with os.fdopen(descriptor, "wb") as handle:
+        torch.save(obj, handle)
+    os.replace(temporary, path)
+
+
+def save_buffer_then_replace(obj, path):
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    temporary = f"{path}.new"
+    with open(temporary, "wb") as handle:
+        handle.write(buffer.getvalue())
+    os.replace(temporary, path)
+
+
+def save_buffer_straight_into_path(obj, path):
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    with open(path, "wb") as handle:  # a crash here leaves half a file
+        handle.write(buffer.getvalue())
+
+
+def save_twice(obj, path):
+    torch.save(obj, f"{path}.tmp")  # a backup, then the real thing straight into path
+    torch.save(obj, path)
+    os.remove(f"{path}.tmp")
+
+
+def save_bytes_with_pathlib(obj, path):
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    Path(path).write_bytes(buffer.getvalue())
+
+
+RIGHT_ATOMIC.update({f"fresh: {f.__name__}": f for f in (
+    save_path_replace, save_mkstemp_fdopen, save_buffer_then_replace)})
+WRONG_ATOMIC.update({f"fresh: {f.__name__}": (f, phrases) for f, phrases in (
+    (save_buffer_straight_into_path, ["writes into `path` itself", "os.replace(temporary, path)"]),
+    (save_twice, ["writes into `path` itself"]),
+    (save_bytes_with_pathlib, ["writes into `path` itself"]),
+)})
+
+
 @pytest.mark.parametrize("save", RIGHT_ATOMIC.values(), ids=RIGHT_ATOMIC)
 def test_atomic_save_accepts_every_correct_way_to_make_and_swap_a_temporary_file(tmp_path, save):
-    _status(checks.check_atomic_save(save, folder=tmp_path), checks.PASSED)
+    _status(checks.check_atomic_save(save, folder=tmp_path), PASSED)
 
 
 @pytest.mark.parametrize(("save", "phrases"), WRONG_ATOMIC.values(), ids=WRONG_ATOMIC)
 def test_atomic_save_names_the_misconception(tmp_path, save, phrases):
-    assert_one_line(_status(checks.check_atomic_save(save, folder=tmp_path), checks.FAILED,
+    assert_one_line(_status(checks.check_atomic_save(save, folder=tmp_path), FAILED,
                             *phrases))
 
 
@@ -169,11 +222,11 @@ def test_atomic_save_notes_leftover_temporary_files(tmp_path):
         torch.save(obj, f"{path}.partial")
         os.replace(f"{path}.partial", path)
 
-    _status(checks.check_atomic_save(leaves_litter, folder=tmp_path), checks.PASSED, "Tidy up")
+    _status(checks.check_atomic_save(leaves_litter, folder=tmp_path), PASSED, "Tidy up")
 
 
 def test_atomic_save_with_os_rename_is_told_about_windows(tmp_path):
-    _status(checks.check_atomic_save(save_rename, folder=tmp_path), checks.PASSED, "Windows")
+    _status(checks.check_atomic_save(save_rename, folder=tmp_path), PASSED, "Windows")
 
 
 def test_atomic_save_leaves_no_files_of_its_own_in_the_system_temp_folder(tmp_path):
@@ -183,7 +236,7 @@ def test_atomic_save_leaves_no_files_of_its_own_in_the_system_temp_folder(tmp_pa
 
 
 def test_atomic_save_stub_is_not_attempted(tmp_path):
-    _status(checks.check_atomic_save(stub, folder=tmp_path), checks.NOT_ATTEMPTED)
+    _status(checks.check_atomic_save(stub, folder=tmp_path), NOT_ATTEMPTED)
 
 
 # --- exercises 2 and 3: save_checkpoint and load_checkpoint ---------------------------------
@@ -360,20 +413,91 @@ WRONG_RESUME = {
 }
 
 
+# Written fresh, never tuned against (issue 37).
+def fresh_pair(load_rng=None, map_location="cpu", scheduler="load", assign=False,
+               save_rng=None):
+    """A save/load pair written another way: the generators in a list, and a loader whose
+    map_location, scheduler restore and assign flag are chosen."""
+
+    def save(path, model, optimizer, scheduler_, epoch):
+        rng = save_rng() if save_rng else [torch.random.get_rng_state(), random.getstate()]
+        good_atomic_save({"weights": model.state_dict(), "optim": optimizer.state_dict(),
+                          "sched": scheduler_.state_dict(), "done": epoch, "rng": rng}, path)
+
+    def load(path, model, optimizer, scheduler_, device):
+        where = device if map_location == "device" else map_location
+        saved = torch.load(path, map_location=where, weights_only=True)
+        model.load_state_dict(saved["weights"], assign=assign)
+        optimizer.load_state_dict(saved["optim"])
+        if scheduler == "load":
+            scheduler_.load_state_dict(saved["sched"])
+        elif scheduler == "replay":
+            for _ in range(saved["done"]):
+                scheduler_.step()
+        elif scheduler == "replay first":  # then the optimizer's saved rate wins
+            pass
+        (load_rng or (lambda rng, device: torch.random.set_rng_state(rng[0])))(saved["rng"],
+                                                                              device)
+        random.setstate(saved["rng"][1])
+        return saved["done"]
+
+    return save, load
+
+
+def replay_then_load_pair():
+    """Stepping a fresh scheduler, then loading the optimizer's state: the saved rate wins."""
+
+    save, _ = fresh_pair()
+
+    def load(path, model, optimizer, scheduler, device):
+        saved = torch.load(path, map_location="cpu")
+        for _ in range(saved["done"]):
+            scheduler.step()
+        model.load_state_dict(saved["weights"])
+        optimizer.load_state_dict(saved["optim"])
+        torch.set_rng_state(saved["rng"][0])
+        random.setstate(saved["rng"][1])
+        return saved["done"]
+
+    return save, load
+
+
+RIGHT_RESUME.update({
+    "fresh: a list of generators, torch.random": fresh_pair(),
+    "fresh: default_generator.set_state": fresh_pair(
+        load_rng=lambda rng, device: torch.default_generator.set_state(rng[0])),
+    "fresh: map_location=device, state.to('cpu')": fresh_pair(
+        map_location="device", load_rng=lambda rng, device: torch.set_rng_state(rng[0].to("cpu"))),
+    "fresh: scheduler stepped, then the optimizer loaded": replay_then_load_pair(),
+})
+WRONG_RESUME.update({
+    "fresh: map_location=device, state as loaded": (
+        fresh_pair(map_location="device"), ["not on a GPU", "RNG state must be a torch.ByteTensor",
+                                            "map_location='cpu'"]),
+    "fresh: the state moved to the device": (
+        fresh_pair(load_rng=lambda rng, device: torch.set_rng_state(rng[0].to(device))),
+        ["RNG state must be a torch.ByteTensor"]),
+    "fresh: scheduler replayed with step()": (
+        fresh_pair(scheduler="replay"), ["decayed twice", "scheduler.load_state_dict()"]),
+    "fresh: assign=True": (fresh_pair(assign=True),
+                           ["assign=True", "still holds the old Parameters"]),
+})
+
+
 @pytest.mark.parametrize(("save", "load"), RIGHT_RESUME.values(), ids=RIGHT_RESUME)
 def test_resume_accepts_every_correct_style(tmp_path, save, load):
-    _status(checks.check_resume(save, load, "cpu", folder=tmp_path), checks.PASSED, "exactly")
+    _status(checks.check_resume(save, load, "cpu", folder=tmp_path), PASSED, "exactly")
 
 
 @pytest.mark.parametrize(("pair", "phrases"), WRONG_RESUME.values(), ids=WRONG_RESUME)
 def test_resume_names_the_misconception(tmp_path, pair, phrases):
     save, load = pair
     assert_one_line(_status(checks.check_resume(save, load, "cpu", folder=tmp_path),
-                            checks.FAILED, *phrases))
+                            FAILED, *phrases))
 
 
 def test_resume_stubs_are_not_attempted(tmp_path):
-    _status(checks.check_resume(stub, stub, "cpu", folder=tmp_path), checks.NOT_ATTEMPTED)
+    _status(checks.check_resume(stub, stub, "cpu", folder=tmp_path), NOT_ATTEMPTED)
 
 
 def test_resume_leaves_the_learners_python_random_alone(tmp_path):
@@ -415,8 +539,13 @@ def test_the_resume_check_reads_the_generator_of_the_device_in_use(device, gette
 
 
 @pytest.mark.parametrize("table", [RIGHT_ATOMIC, RIGHT_RESUME], ids=["exercise 1", "exercises 2-3"])
-def test_every_exercise_has_at_least_six_differently_written_right_answers(table):
-    assert len(table) >= 6
+def test_every_exercise_has_at_least_eight_differently_written_right_answers(table):
+    assert len(table) >= 8
+
+
+@pytest.mark.parametrize("table", [WRONG_ATOMIC, WRONG_RESUME], ids=["exercise 1", "exercises 2-3"])
+def test_every_exercise_has_at_least_ten_wrong_answers(table):
+    assert len(table) >= 10
 
 
 def test_a_rename_across_file_systems_is_explained(tmp_path):
@@ -428,5 +557,5 @@ def test_a_rename_across_file_systems_is_explained(tmp_path):
 
     with mock.patch("os.replace", cross_device):
         feedback = checks.check_atomic_save(save_in_system_temp, folder=tmp_path)
-    assert_one_line(_status(feedback, checks.FAILED, "another file system",
+    assert_one_line(_status(feedback, FAILED, "another file system",
                             "NamedTemporaryFile(dir="))

@@ -14,9 +14,10 @@ from lab_checks import assert_feedback as _status
 from lab_checks import assert_one_line, stub
 from torch import nn
 
-import labchecks as checks
 import utils
 from labchecks import lab07
+from labchecks import lab07 as checks
+from labchecks.feedback import FAILED, NOT_ATTEMPTED, PASSED, Feedback
 from labchecks.lab07 import exercise3_budgets, largest_batch_reference
 
 OTHER = torch.device("meta")
@@ -182,9 +183,119 @@ RIGHT_TRAININGS = [fast_total_detach, fast_stack_losses, fast_string_device_and_
                    fast_numpy_weights_once]
 
 
+# Written fresh, never tuned against (issue 37). The check also runs each loop as a machine
+# with two GPUs would (given cuda:1), so a branch only a GPU takes is judged here too.
+def fresh_cat_of_views(model, optimizer, features, labels, device, steps):
+    features, labels = features.to(device), labels.to(device)
+    weights = torch.tensor([1.0, 2.0, 1.0]).to(device)
+    losses = []
+    for step in range(steps):
+        start = 32 * step
+        loss = F.cross_entropy(model(features[start:start + 32]), labels[start:start + 32],
+                               weight=weights)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.detach().view(1))
+    return torch.cat(losses).mean().item()
+
+
+def fresh_index_made_on_the_device(model, optimizer, features, labels, device, steps):
+    features, labels = features.to(device), labels.to(device)
+    loss_fn = nn.CrossEntropyLoss(weight=torch.tensor(WEIGHTS, device=device))
+    total = 0
+    for step in range(steps):
+        index = torch.arange(step * 32, (step + 1) * 32, device=device)
+        loss = loss_fn(model(features[index]), labels[index])
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        total = total + loss.detach()
+    return (total / steps).item()
+
+
+def fresh_one_sync_after_the_loop(model, optimizer, features, labels, device, steps):
+    features = features.to(device, non_blocking=True)
+    labels = labels.to(device, non_blocking=True)
+    weights = torch.tensor(WEIGHTS, device=device)
+    total = torch.zeros((), device=device)
+    for step in range(steps):
+        rows = slice(step * 32, (step + 1) * 32)
+        loss = F.cross_entropy(model(features[rows]), labels[rows], weight=weights)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        total.add_(loss.detach())
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()  # once, after the loop: free
+    return total.item() / steps
+
+
+def fresh_loop(sync_each_step="", data_on=None, per_step_gpu_batch=False):
+    """The right loop, written afresh, with a mistake only a GPU machine (or an indexed
+    device) shows: a synchronize every step, the data sent elsewhere, a per-step copy."""
+
+    def train(model, optimizer, features, labels, device, steps):
+        kept_features = features
+        if data_on == "cuda branch":
+            features = features.cuda() if torch.cuda.is_available() else features.to(device)
+            labels = labels.cuda() if torch.cuda.is_available() else labels.to(device)
+        elif data_on == "type":
+            features, labels = features.to(device.type), labels.to(device.type)
+        else:
+            features, labels = features.to(device), labels.to(device)
+        weights = torch.tensor(WEIGHTS, device=device)
+        total = torch.zeros((), device=device)
+        for step in range(steps):
+            rows = slice(step * 32, (step + 1) * 32)
+            inputs = features[rows]
+            if per_step_gpu_batch and torch.cuda.is_available():
+                inputs = kept_features[rows].pin_memory().to(device, non_blocking=True)
+            loss = F.cross_entropy(model(inputs), labels[rows], weight=weights)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            total += loss.detach()
+            if sync_each_step == "available" and torch.cuda.is_available():
+                torch.cuda.synchronize()  # "for accurate timing"
+            elif sync_each_step == "type" and device.type == "cuda":
+                torch.cuda.synchronize(device)
+            elif sync_each_step == "stream" and torch.cuda.is_available():
+                torch.cuda.current_stream().synchronize()
+        return total.item() / steps
+
+    return train
+
+
+FRESH_RIGHT_TRAININGS = {f"fresh: {f.__name__}": f for f in (
+    fresh_cat_of_views, fresh_index_made_on_the_device, fresh_one_sync_after_the_loop)}
+RIGHT_TRAININGS += list(FRESH_RIGHT_TRAININGS.values())
+FRESH_WRONG_TRAININGS = {
+    "fresh: synchronize every step when CUDA is there": (
+        fresh_loop(sync_each_step="available"), ["calls synchronize 1 time(s) every step",
+                                                 "`.item()` once"]),
+    "fresh: synchronize every step on a cuda device": (
+        fresh_loop(sync_each_step="type"), ["calls synchronize 1 time(s) every step"]),
+    "fresh: the stream synchronized every step": (
+        fresh_loop(sync_each_step="stream"), ["calls synchronize"]),
+    "fresh: the data sent with .cuda() when CUDA is there": (
+        fresh_loop(data_on="cuda branch"), ["`.cuda()` sends it to the current GPU"]),
+    "fresh: the data sent to the device's type": (
+        fresh_loop(data_on="type"), ["'cuda' without the index"]),
+    "fresh: each batch pinned and copied on a GPU": (
+        fresh_loop(per_step_gpu_batch=True), ["copies a batch of features, 2.0 KiB a step"]),
+}
+
+
+@pytest.mark.parametrize(("train", "phrases"), FRESH_WRONG_TRAININGS.values(),
+                         ids=FRESH_WRONG_TRAININGS)
+def test_fast_training_judges_what_a_gpu_machine_would_run(train, phrases):
+    assert_one_line(_status(checks.check_fast_training(train, OTHER), FAILED, *phrases))
+
+
 @pytest.mark.parametrize("train", RIGHT_TRAININGS)
 def test_fast_training_accepts_every_right_style(train):
-    _status(checks.check_fast_training(train, OTHER), checks.PASSED, "0 copies", "0 times")
+    _status(checks.check_fast_training(train, OTHER), PASSED, "0 copies", "0 times")
 
 
 def make_loop(whole_dataset=False, per_batch=False, weights_each_step=False,
@@ -269,19 +380,19 @@ WRONG_TRAININGS = {
 
 
 @functools.cache
-def training_verdict(mistake: str) -> checks.Feedback:
+def training_verdict(mistake: str) -> Feedback:
     return checks.check_fast_training(make_loop(**{mistake: True}), OTHER)
 
 
 @pytest.mark.parametrize(("mistake", "phrases"), WRONG_TRAININGS.items(),
                          ids=WRONG_TRAININGS.keys())
 def test_fast_training_names_each_mistake(mistake, phrases):
-    feedback = assert_one_line(_status(training_verdict(mistake), checks.FAILED, *phrases))
+    feedback = assert_one_line(_status(training_verdict(mistake), FAILED, *phrases))
     assert [training_verdict(m).message for m in WRONG_TRAININGS].count(feedback.message) == 1
 
 
 def test_fast_training_names_every_mistake_of_the_slow_loop():
-    feedback = _status(checks.check_fast_training(lab07.train_slow, OTHER), checks.FAILED,
+    feedback = _status(checks.check_fast_training(lab07.train_slow, OTHER), FAILED,
                        "whole dataset", "class weights", "reads a value on the host")
     assert feedback.message.count("; and ") == 2
 
@@ -289,15 +400,15 @@ def test_fast_training_names_every_mistake_of_the_slow_loop():
 def test_fast_training_device_mistake_does_not_show_up_on_the_cpu_alone():
     # the device mistake is invisible when the check's second device is the CPU too: it is
     # the run on meta (or the GPU) that exposes it
-    _status(checks.check_fast_training(make_loop(ignore_device=True), "cpu"), checks.PASSED)
+    _status(checks.check_fast_training(make_loop(ignore_device=True), "cpu"), PASSED)
 
 
 def test_fast_training_stub_is_not_attempted():
-    _status(checks.check_fast_training(stub, OTHER), checks.NOT_ATTEMPTED)
+    _status(checks.check_fast_training(stub, OTHER), NOT_ATTEMPTED)
 
 
 def test_fast_training_rejects_something_that_is_not_a_function():
-    _status(checks.check_fast_training(3.14, OTHER), checks.FAILED, "Pass the function itself")
+    _status(checks.check_fast_training(3.14, OTHER), FAILED, "Pass the function itself")
 
 
 def test_slow_loop_is_deterministic():
@@ -378,9 +489,45 @@ RIGHT_ADAMS = [adam_loop, adam_comprehension, adam_parts, adam_untyped_storage, 
                adam_float_result, adam_state_dict_free]
 
 
+# Written fresh, never tuned against (issue 37).
+def adam_dedup_by_pointer(model):
+    seen, total = set(), 0
+    for _, p in model.named_parameters(remove_duplicate=False):
+        if p.data_ptr() not in seen:
+            seen.add(p.data_ptr())
+            total += p.nbytes * (1 + 3 * p.requires_grad)
+    return total
+
+
+FRESH_RIGHT_ADAMS = {
+    "fresh: nbytes, 4 or 1": lambda m: sum(p.nbytes * (4 if p.requires_grad else 1)
+                                           for p in m.parameters()),
+    "fresh: deduplicated by data_ptr": adam_dedup_by_pointer,
+    "fresh: bits // 8": lambda m: sum(p.numel() * (torch.finfo(p.dtype).bits // 8)
+                                      * (4 if p.requires_grad else 1) for p in m.parameters()),
+}
+FRESH_WRONG_ADAMS = {
+    "fresh: the state dict, four times": (
+        lambda m: sum(4 * v.nbytes for v in m.state_dict().values()), "counted the buffers"),
+    "fresh: trainable four times, plus buffers": (
+        lambda m: sum(4 * p.nbytes for p in m.parameters() if p.requires_grad)
+        + sum(b.nbytes for b in m.buffers()), "Buffers (BatchNorm's running statistics)"),
+    "fresh: three copies, no weight": (
+        lambda m: sum(3 * p.nbytes for p in m.parameters() if p.requires_grad),
+        "three copies of each parameter; training keeps four"),
+}
+RIGHT_ADAMS += list(FRESH_RIGHT_ADAMS.values())
+
+
+@pytest.mark.parametrize(("adam_bytes", "phrase"), FRESH_WRONG_ADAMS.values(),
+                         ids=FRESH_WRONG_ADAMS)
+def test_adam_bytes_names_fresh_mistakes(adam_bytes, phrase):
+    assert_one_line(_status(checks.check_adam_bytes(adam_bytes), FAILED, phrase))
+
+
 @pytest.mark.parametrize("adam_bytes", RIGHT_ADAMS)
 def test_adam_bytes_accepts_every_right_style(adam_bytes):
-    _status(checks.check_adam_bytes(adam_bytes), checks.PASSED, "4 copies")
+    _status(checks.check_adam_bytes(adam_bytes), PASSED, "4 copies")
 
 
 def numbers(model):
@@ -395,7 +542,7 @@ def weights(model):
     (weights, "the weights alone"),
     (lambda m: 4 * numbers(m), "counted in numbers, not bytes"),
     (lambda m: 2 * weights(m), "Adam also keeps two running averages"),
-    (lambda m: 3 * weights(m), "*two* tensors per parameter"),
+    (lambda m: 3 * weights(m), "Adam's *two* running averages"),
     (lambda m: 16 * numbers(m), "assumed 4 bytes per number"),
     (lambda m: 4 * weights(m), "requires_grad=False"),
     (lambda m: adam_loop(m) + 4 * sum(b.nbytes for b in m.buffers()), "counted the buffers"),
@@ -412,11 +559,11 @@ def weights(model):
                    for p in m.parameters()), "in the parameter's own dtype"),
 ])
 def test_adam_bytes_names_each_mistake(adam_bytes, phrase):
-    assert_one_line(_status(checks.check_adam_bytes(adam_bytes), checks.FAILED, phrase))
+    assert_one_line(_status(checks.check_adam_bytes(adam_bytes), FAILED, phrase))
 
 
 def test_adam_bytes_stub_is_not_attempted():
-    _status(checks.check_adam_bytes(stub), checks.NOT_ATTEMPTED)
+    _status(checks.check_adam_bytes(stub), NOT_ATTEMPTED)
 
 
 def test_adam_bytes_models_cover_buffers_dtypes_ties_and_frozen_layers():
@@ -533,9 +680,68 @@ RIGHT_BATCHES = [batch_bisect, batch_linear_formula, batch_halve_then_climb,
                  batch_tensor_result]
 
 
+def batch_bisect_with_key(model, features, budget):
+    import bisect
+
+    def total(rows):
+        return utils.footprint(model, torch.empty(rows, features, device="meta")).total
+
+    return bisect.bisect_right(range(1, 1 << 20), budget, key=total)
+
+
+def batch_from_one_and_three_rows(model, features, budget):
+    def total(rows):
+        return utils.footprint(model, torch.zeros(rows, features)).total
+
+    one, three = total(1), total(3)
+    if one > budget:
+        return 0
+    per_row = (three - one) // 2
+    rows = 1 + int((budget - one) // per_row)
+    while total(rows) > budget:  # guard the rounding
+        rows -= 1
+    return rows
+
+
+def batch_galloping(model, features, budget):
+    def fits_rows(rows):
+        return utils.footprint(model, torch.zeros(rows, features)).total <= budget
+
+    if not fits_rows(1):
+        return 0
+    rows, step = 1, 1
+    while step:
+        if fits_rows(rows + step):
+            rows += step
+            step *= 2
+        else:
+            step //= 2
+    return rows
+
+
+FRESH_RIGHT_BATCHES = {f"fresh: {f.__name__}": f for f in (
+    batch_bisect_with_key, batch_from_one_and_three_rows, batch_galloping)}
+FRESH_WRONG_BATCHES = {
+    "fresh: strictly under the budget": (
+        lambda m, f, b: batch_bisect(m, f, b - 0.5), "compare with <=, not <"),
+    "fresh: the budget read as megabytes": (
+        lambda m, f, b: batch_bisect(m, f, b / 1e6), "By your count not even one row fits"),
+    "fresh: the bytes of that batch": (
+        lambda m, f, b: utils.footprint(m, torch.zeros(max(batch_bisect(m, f, b), 1), f)).total,
+        "That is a number of bytes"),
+}
+RIGHT_BATCHES += list(FRESH_RIGHT_BATCHES.values())
+
+
+@pytest.mark.parametrize(("largest_batch", "phrase"), FRESH_WRONG_BATCHES.values(),
+                         ids=FRESH_WRONG_BATCHES)
+def test_largest_batch_names_fresh_mistakes(largest_batch, phrase):
+    assert_one_line(_status(checks.check_largest_batch(largest_batch), FAILED, phrase))
+
+
 @pytest.mark.parametrize("largest_batch", RIGHT_BATCHES)
 def test_largest_batch_accepts_every_right_style(largest_batch):
-    _status(checks.check_largest_batch(largest_batch), checks.PASSED, "fills exactly")
+    _status(checks.check_largest_batch(largest_batch), PASSED, "fills exactly")
 
 
 def too_big_a_batch(model, features, budget):
@@ -577,7 +783,7 @@ def weights_only(model, features, budget):
     (lambda m, f, b: None, "returned None"),
 ])
 def test_largest_batch_names_each_mistake(largest_batch, phrase):
-    assert_one_line(_status(checks.check_largest_batch(largest_batch), checks.FAILED, phrase))
+    assert_one_line(_status(checks.check_largest_batch(largest_batch), FAILED, phrase))
 
 
 def batch_with(model, features, budget, **options):
@@ -597,7 +803,7 @@ def batch_with(model, features, budget, **options):
 
 
 def test_largest_batch_stub_is_not_attempted():
-    _status(checks.check_largest_batch(stub), checks.NOT_ATTEMPTED)
+    _status(checks.check_largest_batch(stub), NOT_ATTEMPTED)
 
 
 def test_largest_batch_budgets_include_an_exact_fit_and_none():
@@ -608,7 +814,7 @@ def test_largest_batch_budgets_include_an_exact_fit_and_none():
 
 
 def test_a_function_that_never_returns_gets_a_message_not_a_hang(monkeypatch):
-    monkeypatch.setattr(checks.lab07, "CALL_LIMIT_S", 0.5)
+    monkeypatch.setattr(lab07, "CALL_LIMIT_S", 0.5)
 
     def train_for_ever(model, optimizer, features, labels, device, steps):
         while True:
@@ -623,7 +829,7 @@ def test_a_function_that_never_returns_gets_a_message_not_a_hang(monkeypatch):
     for check, answer in [(checks.check_fast_training, train_for_ever),
                           (checks.check_adam_bytes, lambda model: train_for_ever(*[None] * 6)),
                           (checks.check_largest_batch, search_for_ever)]:
-        assert_one_line(_status(check(answer), checks.FAILED, "had not returned after"))
+        assert_one_line(_status(check(answer), FAILED, "had not returned after"))
 
 
 @pytest.mark.parametrize(("test", "check", "distinct"), [
