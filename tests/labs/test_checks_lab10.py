@@ -1,0 +1,206 @@
+"""labchecks, lab 10: right answers pass however written, each known wrong answer gets its
+own diagnosis, and an untouched stub is "not attempted" without starting any process.
+
+The sharded checkpoint the answers load is written once, by one real 2-process launch.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from unittest import mock
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from lab_checks import assert_feedback as _status
+from lab_checks import assert_one_line, stub
+from torch.distributed.checkpoint.state_dict import get_model_state_dict
+
+from labchecks import lab10 as checks
+from labchecks import processes
+
+
+@pytest.fixture(scope="module")
+def judged(tmp_path_factory):
+    """One real launch writes the checkpoint every answer loads; yields its folder."""
+    folder = tmp_path_factory.mktemp("lab10")
+    processes.run_workers(Path(folder), [], shard=True, timeout_s=240)
+    return (folder,)
+
+
+# --- exercise 1: load_sharded -------------------------------------------------------------------
+
+
+def load_in_place(folder, model):
+    state = {"model": model.state_dict()}
+    dcp.load(state, checkpoint_id=folder)
+    model.load_state_dict(state["model"])
+
+
+def load_via_conversion(folder, model):
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    target = os.path.join(folder, "..", "converted.pt")
+    dcp_to_torch_save(folder, target)
+    model.load_state_dict(torch.load(target, weights_only=True)["model"])
+
+
+def load_into_live_tensors(folder, model):
+    dcp.load({"model": model.state_dict()}, checkpoint_id=folder)  # the model's own tensors
+
+
+def load_with_reader(folder, model):
+    state = {"model": model.state_dict()}
+    dcp.load(state, storage_reader=dcp.FileSystemReader(folder))
+    model.load_state_dict(state["model"])
+
+
+def load_with_state_dict_helpers(folder, model):
+    from torch.distributed.checkpoint.state_dict import set_model_state_dict
+
+    state = {"model": get_model_state_dict(model)}
+    dcp.load(state, checkpoint_id=folder)
+    set_model_state_dict(model, state["model"])
+
+
+def load_via_temporary_file(folder, model):
+    import tempfile
+
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    with tempfile.TemporaryDirectory() as scratch:
+        target = os.path.join(scratch, "full.pt")
+        dcp_to_torch_save(folder, target)
+        state = torch.load(target, map_location="cpu", weights_only=True)
+    model.load_state_dict(state["model"])
+
+
+def load_with_no_dist(folder, model):
+    state = {"model": model.state_dict()}
+    dcp.load(state, checkpoint_id=folder, no_dist=True)
+    model.load_state_dict(state["model"])
+
+
+def load_with_a_path_object(folder, model):
+    from pathlib import Path
+
+    state = {"model": model.state_dict()}
+    dcp.load(state, checkpoint_id=Path(folder))
+    model.load_state_dict(state["model"])
+
+
+def load_into_empty_tensors(folder, model):
+    state = {"model": {key: torch.empty_like(value) for key, value in model.state_dict().items()}}
+    dcp.load(state, checkpoint_id=folder)
+    with torch.no_grad():
+        for key, value in model.state_dict().items():
+            value.copy_(state["model"][key])
+
+
+def load_with_assign(folder, model):
+    state = {"model": {key: value.clone() for key, value in model.state_dict().items()}}
+    dcp.load(state, checkpoint_id=folder)
+    model.load_state_dict(state["model"], assign=True)
+
+
+def load_forgets_to_copy(folder, model):
+    state = {"model": {k: v.clone() for k, v in model.state_dict().items()}}
+    dcp.load(state, checkpoint_id=folder)
+
+
+def load_whole_checkpoint_into_model(folder, model):
+    state = {"model": model.state_dict()}
+    dcp.load(state, checkpoint_id=folder)
+    model.load_state_dict({f"model.{k}": v for k, v in state["model"].items()})
+
+
+def load_under_another_name(folder, model):
+    state = {"weights": model.state_dict()}
+    dcp.load(state, checkpoint_id=folder)
+    model.load_state_dict(state["weights"])
+
+
+def load_one_shard_file(folder, model):
+    shard = sorted(name for name in os.listdir(folder) if name.endswith(".distcp"))[0]
+    model.load_state_dict(torch.load(os.path.join(folder, shard), weights_only=True))
+
+
+def load_starts_a_process_group(folder, model):
+    dist.init_process_group("gloo")
+    state = {"model": model.state_dict()}
+    dcp.load(state, checkpoint_id=folder)
+
+
+def load_keys_missing(folder, model):
+    state = {"model": model.state_dict()}
+    dcp.load(state, checkpoint_id=folder)
+    model.load_state_dict({k: v for k, v in state["model"].items() if k.endswith("weight")})
+
+
+def load_wrong_folder(folder, model):
+    state = {"model": model.state_dict()}
+    dcp.load(state, checkpoint_id=os.path.join(folder, "missing"))
+
+
+RIGHT_LOADS_SHARDED = [load_in_place, load_via_conversion, load_into_live_tensors,
+                       load_with_reader, load_with_state_dict_helpers, load_via_temporary_file,
+                       load_with_no_dist, load_with_a_path_object, load_into_empty_tensors,
+                       load_with_assign]
+
+
+@pytest.mark.parametrize("answer", RIGHT_LOADS_SHARDED)
+def test_load_sharded_passes_however_written(judged, answer):
+    _status(checks.check_load_sharded(answer, folder=str(judged[0])), checks.PASSED)
+
+
+WRONG_LOADS_SHARDED = {
+    "torch-load": (lambda folder, model: model.load_state_dict(torch.load(folder)),
+                   "a DCP checkpoint is a folder"),
+    "no-model-key": (lambda folder, model: dcp.load(model.state_dict(), checkpoint_id=folder),
+                     "(it looked for '0."),
+    "no-copy": (load_forgets_to_copy, "dcp.load fills the tensors of the state dict you pass"),
+    "prefixed-keys": (load_whole_checkpoint_into_model, "that is the whole checkpoint"),
+    "other-name": (load_under_another_name, "(it looked for 'weights."),
+    "shard-file": (load_one_shard_file, "a .distcp file holds one rank's pieces"),
+    "process-group": (load_starts_a_process_group, "None is needed"),
+    "keys-missing": (load_keys_missing, "missing keys ['0.bias', '2.bias']"),
+    "wrong-folder": (load_wrong_folder, "no .metadata file there"),
+    "does-nothing": (lambda folder, model: None, "it never called dcp.load"),
+    "not-a-dict": (lambda folder, model: dcp.load([model.state_dict()], checkpoint_id=folder),
+                   "your function raised"),
+    "name-error": (lambda folder, model: dcp.load({"model": model.state_dict()},
+                                                  checkpoint_id=checkpoint_folder),  # noqa: F821
+                   "a typo, or a name from a cell you have not run"),
+}
+
+
+@pytest.mark.parametrize(("answer", "phrase"), WRONG_LOADS_SHARDED.values(),
+                         ids=WRONG_LOADS_SHARDED.keys())
+def test_load_sharded_names_each_mistake(judged, answer, phrase):
+    feedback = assert_one_line(_status(checks.check_load_sharded(answer, folder=str(judged[0])),
+                                       checks.FAILED, phrase))
+    assert ".cpp" not in feedback.message
+
+
+def test_load_sharded_alone_writes_its_own_checkpoint(tmp_path):
+    # no exercise 3 before it: the check starts the 2 processes itself
+    _status(checks.check_load_sharded(load_in_place, folder=str(tmp_path)), checks.PASSED)
+    assert (tmp_path / "sharded" / ".metadata").exists()
+
+
+def test_load_sharded_stub_is_not_attempted(tmp_path):
+    _status(checks.check_load_sharded(stub, folder=str(tmp_path)), checks.NOT_ATTEMPTED)
+    assert not (tmp_path / "sharded").exists()
+
+
+def test_load_sharded_wrong_answers_get_messages_of_their_own(judged):
+    messages = [checks.check_load_sharded(answer, folder=str(judged[0])).message
+                for answer, _ in WRONG_LOADS_SHARDED.values()]
+    assert len(set(messages)) == len(messages), messages
+
+
+def test_load_sharded_with_the_checkpoint_there_starts_no_processes(judged):
+    with mock.patch.object(processes, "run_workers", side_effect=AssertionError("launched")):
+        _status(checks.check_load_sharded(load_in_place, folder=str(judged[0])), checks.PASSED)
