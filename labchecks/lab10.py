@@ -32,7 +32,26 @@ from labchecks.feedback import (
 from labchecks.grading import graded
 from labchecks.processes import fresh_model
 
-__all__ = ["FAILED", "NOT_ATTEMPTED", "PASSED", "Feedback", "check_load_sharded", "fresh_model"]
+__all__ = ["FAILED", "NOT_ATTEMPTED", "PASSED", "Feedback", "check_load_sharded", "check_one_file",
+           "fresh_model"]
+
+
+def _sharded_checkpoint(exercise: str, folder: str) -> tuple[Path, Feedback | None]:
+    """The sharded checkpoint in ``folder`` (written first when missing: one 2-process
+    launch), and what went wrong writing it, or None."""
+    from utils.distributed import WorkerFailed, child_stderr
+
+    sharded = Path(folder) / "sharded"
+    if (sharded / ".metadata").exists():
+        return sharded, None
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), child_stderr():
+            processes.run_workers(Path(folder), [], shard=True)
+    except (TimeoutError, WorkerFailed) as error:
+        said = processes.plain_failure(str(error)) or "the 2 processes did not finish"
+        return sharded, Feedback(exercise, FAILED, f"the check could not write the sharded "
+                                                   f"checkpoint ({said}); run this cell again.")
+    return sharded, None
 
 
 def _plain_errors(function: Callable, texts: list[str]) -> Callable:
@@ -89,23 +108,15 @@ def check_load_sharded(load_sharded: Callable, folder: str = "scratch_lab10") ->
     """
     import warnings
 
-    from utils.distributed import WorkerFailed, child_stderr
-
-    exercise = "Exercise 4"
+    exercise = "Exercise 1"
     problem = not_a_function(exercise, load_sharded)
     if problem is not None:
         return problem
     if is_unattempted(load_sharded):
         return not_attempted(exercise)
-    sharded = Path(folder) / "sharded"
-    if not (sharded / ".metadata").exists():
-        try:
-            with contextlib.redirect_stdout(io.StringIO()), child_stderr():
-                processes.run_workers(Path(folder), [], shard=True)
-        except (TimeoutError, WorkerFailed) as error:
-            said = processes.plain_failure(str(error)) or "the 2 processes did not finish"
-            return Feedback(exercise, FAILED, f"the check could not write the sharded "
-                                              f"checkpoint ({said}); run this cell again.")
+    sharded, problem = _sharded_checkpoint(exercise, folder)
+    if problem is not None:
+        return problem
     expected = fresh_model().state_dict()
     torch.manual_seed(123)
     model = nn.Sequential(nn.Linear(6, 10), nn.ReLU(), nn.Linear(10, 3))  # other weights
@@ -170,3 +181,77 @@ def check_load_sharded(load_sharded: Callable, folder: str = "scratch_lab10") ->
                     "the model's weights are not the saved ones. dcp.load fills the tensors of "
                     "the state dict you pass, in place: pass {'model': model.state_dict()}, "
                     "and if you built new tensors, copy them in with model.load_state_dict().")
+
+
+@graded
+def check_one_file(one_file: Callable, folder: str = "scratch_lab10") -> Feedback:
+    """Exercise 10.2: ``one_file(checkpoint_folder, path)`` writes the sharded checkpoint's
+    model as one ordinary file at ``path``.
+
+    Passes when ``torch.load(path, weights_only=True)`` gives a plain state dict (keys like
+    ``0.weight``) with the saved weights, so that ``model.load_state_dict`` takes it as it is.
+    The checkpoint is the one exercise 1 loads (written when missing). Introduced in lab
+    10_sharded_training.
+    """
+    import os
+    import warnings
+
+    exercise = "Exercise 2"
+    problem = not_a_function(exercise, one_file)
+    if problem is not None:
+        return problem
+    if is_unattempted(one_file):
+        return not_attempted(exercise)
+    sharded, problem = _sharded_checkpoint(exercise, folder)
+    if problem is not None:
+        return problem
+    path = Path(folder) / "plain.pt"
+    path.unlink(missing_ok=True)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        warnings.filterwarnings("ignore", category=FutureWarning)
+        texts: list[str] = []
+        _, problem, _ = processes.attempt(exercise, _plain_errors(one_file, texts),
+                                          str(sharded), str(path),
+                                          limit_s=2 * processes.CALL_LIMIT_S)
+    if problem is not None:
+        full = "\n".join(texts) or problem.message
+        if "IsADirectoryError" in full or "is a directory" in full.lower():
+            return Feedback(exercise, FAILED,
+                            "torch.load opens one file; a DCP checkpoint is a folder. Turn it "
+                            "into one file with dcp_to_torch_save(folder, ...) first.")
+        return problem
+    if not path.is_file():
+        written = sorted(f for f in os.listdir(folder) if f.endswith((".pt", ".pth")))
+        also = f" (the folder holds {', '.join(written)})" if written else ""
+        return Feedback(exercise, FAILED, f"no file at `path` when your function returned"
+                                          f"{also}: write the one file at the path you were "
+                                          "given.")
+    try:
+        saved = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:
+        text = str(error)
+        if "failed reading zip archive" in text or "invalid load key" in text:
+            return Feedback(exercise, FAILED,
+                            "the file at `path` is not a torch.save file: a .distcp file holds "
+                            "one rank's pieces in DCP's own format. Use dcp_to_torch_save.")
+        return Feedback(exercise, FAILED, "torch.load(path, weights_only=True) refused the file: "
+                                          "save a dict of tensors (a state dict), not a model "
+                                          "or other objects.")
+    expected = fresh_model().state_dict()
+    if isinstance(saved, dict) and set(saved) == {"model"}:
+        return Feedback(exercise, FAILED,
+                        "the file holds {'model': ...}, the checkpoint as it was saved (what "
+                        "dcp_to_torch_save writes). model.load_state_dict needs its 'model' "
+                        "entry: torch.save(full['model'], path).")
+    if not isinstance(saved, dict) or set(saved) != set(expected):
+        keys = sorted(saved)[:4] if isinstance(saved, dict) else type(saved).__name__
+        return Feedback(exercise, FAILED, f"the file holds {keys}, not a plain state dict with "
+                                          f"the model's keys {sorted(expected)[:4]}.")
+    if not all(isinstance(v, torch.Tensor) and torch.equal(v, expected[k])
+               for k, v in saved.items()):
+        return Feedback(exercise, FAILED, "the file has the model's keys but not the saved "
+                                          "weights: fill the tensors from the checkpoint "
+                                          "(dcp.load or dcp_to_torch_save) before you save.")
+    return Feedback(exercise, PASSED, "one ordinary file: torch.load and load_state_dict open "
+                                      "it, with no DCP.")

@@ -204,3 +204,128 @@ def test_load_sharded_wrong_answers_get_messages_of_their_own(judged):
 def test_load_sharded_with_the_checkpoint_there_starts_no_processes(judged):
     with mock.patch.object(processes, "run_workers", side_effect=AssertionError("launched")):
         _status(checks.check_load_sharded(load_in_place, folder=str(judged[0])), checks.PASSED)
+
+
+# --- exercise 2: one_file ---------------------------------------------------------------------
+
+
+def one_file_rewritten_in_place(folder, path):
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    dcp_to_torch_save(folder, path)
+    torch.save(torch.load(path, weights_only=True)["model"], path)
+
+
+def one_file_through_a_temporary_folder(folder, path):
+    import tempfile
+
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    with tempfile.TemporaryDirectory() as scratch:
+        whole = os.path.join(scratch, "whole.pt")
+        dcp_to_torch_save(folder, whole)
+        state = torch.load(whole, map_location="cpu", weights_only=True)["model"]
+    torch.save(state, path)
+
+
+def one_file_with_paths(folder, path):
+    from torch.distributed.checkpoint import format_utils
+
+    target = Path(path)
+    format_utils.dcp_to_torch_save(Path(folder), target.with_suffix(".whole"))
+    whole = torch.load(target.with_suffix(".whole"), weights_only=True)
+    torch.save({key: value for key, value in whole["model"].items()}, target)
+
+
+def one_file_from_the_metadata(folder, path):
+    metadata = dcp.FileSystemReader(folder).read_metadata().state_dict_metadata
+    state = {"model": {key.removeprefix("model."): torch.empty(tuple(entry.size))
+                       for key, entry in metadata.items() if key.startswith("model.")}}
+    dcp.load(state, checkpoint_id=folder)
+    torch.save(state["model"], path)
+
+
+def one_file_into_a_handle(folder, path):
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    dcp_to_torch_save(folder, path + ".tmp")
+    state = torch.load(path + ".tmp", weights_only=True)["model"]
+    os.remove(path + ".tmp")
+    with open(path, "wb") as handle:
+        torch.save(state, handle)
+
+
+def one_file_contiguous_copies(folder, path):
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    dcp_to_torch_save(folder, path)
+    model_state = torch.load(path, weights_only=True).pop("model")
+    torch.save({k: v.clone().contiguous() for k, v in model_state.items()}, path)
+
+
+RIGHT_ONE_FILES = [one_file_rewritten_in_place, one_file_through_a_temporary_folder,
+                   one_file_with_paths, one_file_from_the_metadata, one_file_into_a_handle,
+                   one_file_contiguous_copies]
+
+
+@pytest.mark.parametrize("answer", RIGHT_ONE_FILES)
+def test_one_file_passes_however_written(judged, answer):
+    _status(checks.check_one_file(answer, folder=str(judged[0])), checks.PASSED)
+
+
+def one_file_nested(folder, path):
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    dcp_to_torch_save(folder, path)  # {"model": ...}, as saved
+
+
+def one_file_torch_load_of_the_folder(folder, path):
+    torch.save(torch.load(folder, weights_only=True), path)
+
+
+def one_file_copies_a_shard(folder, path):
+    import shutil
+
+    shutil.copyfile(os.path.join(folder, "__0_0.distcp"), path)
+
+
+def one_file_flattened_keys(folder, path):
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    dcp_to_torch_save(folder, path)
+    whole = torch.load(path, weights_only=True)
+    torch.save({f"model.{k}": v for k, v in whole["model"].items()}, path)
+
+
+def one_file_never_filled(folder, path):
+    metadata = dcp.FileSystemReader(folder).read_metadata().state_dict_metadata
+    torch.save({key.removeprefix("model."): torch.zeros(tuple(entry.size))
+                for key, entry in metadata.items() if key.startswith("model.")}, path)
+
+
+def one_file_elsewhere(folder, path):
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    dcp_to_torch_save(folder, os.path.join(os.path.dirname(path), "model.pt"))
+
+
+WRONG_ONE_FILES = {
+    "nested": (one_file_nested, "the file holds {'model': ...}"),
+    "torch-load-folder": (one_file_torch_load_of_the_folder, "a DCP checkpoint is a folder"),
+    "a-shard": (one_file_copies_a_shard, "a .distcp file holds one rank's pieces"),
+    "flattened": (one_file_flattened_keys, "not a plain state dict with the model's keys"),
+    "never-filled": (one_file_never_filled, "not the saved weights"),
+    "elsewhere": (one_file_elsewhere, "no file at `path`"),
+}
+
+
+@pytest.mark.parametrize(("answer", "phrase"), WRONG_ONE_FILES.values(),
+                         ids=WRONG_ONE_FILES.keys())
+def test_one_file_names_each_mistake(judged, answer, phrase):
+    assert_one_line(_status(checks.check_one_file(answer, folder=str(judged[0])),
+                            checks.FAILED, phrase))
+
+
+def test_one_file_stub_is_not_attempted(tmp_path):
+    _status(checks.check_one_file(stub, folder=str(tmp_path)), checks.NOT_ATTEMPTED)
+    assert not (tmp_path / "sharded").exists()
