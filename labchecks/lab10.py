@@ -1,6 +1,7 @@
-"""Checks for lab 10_sharded_training: open a sharded checkpoint on a laptop.
+"""Checks for lab 10_sharded_training: what fits, and a sharded checkpoint opened on a laptop.
 
-The checkpoint is real: 2 processes started with torchrun shard the lab's model with FSDP2
+Exercise 1 is arithmetic, checked on several models and numbers of GPUs. The checkpoint of
+exercises 2 and 3 is real: 2 processes started with torchrun shard the lab's model with FSDP2
 and save it with ``torch.distributed.checkpoint`` (:func:`labchecks.processes.run_workers`);
 the learner's function then loads it here, in one process, with no process group. The call
 has a time limit, and any error is turned into one line naming the mistake.
@@ -32,8 +33,71 @@ from labchecks.feedback import (
 from labchecks.grading import graded
 from labchecks.processes import fresh_model
 
-__all__ = ["FAILED", "NOT_ATTEMPTED", "PASSED", "Feedback", "check_load_sharded", "check_one_file",
-           "fresh_model"]
+__all__ = ["FAILED", "NOT_ATTEMPTED", "PASSED", "Feedback", "check_bytes_per_gpu",
+           "check_load_sharded", "check_one_file", "fresh_model"]
+
+
+#: (parameters, GPUs, sharded) the check asks about: a 7-billion-parameter model on 8 GPUs,
+#: with DDP and with FSDP, and small ones (a single GPU, a number of GPUs that divides).
+_SIZES = [(7_000_000_000, 8, True), (7_000_000_000, 8, False), (1_000, 1, True),
+          (1_000, 4, True), (3_000_000, 2, False), (3_000_000, 6, True)]
+
+
+def _bytes_mistake(answer: float, parameters: int, gpus: int, sharded: bool) -> str | None:
+    """What an answer that is not 16 bytes per parameter (over ``gpus`` when sharded) got
+    wrong, or None when it names no known mistake."""
+    share = gpus if sharded else 1
+    if any(abs(answer - 16 * parameters / share / unit) < 1e-6 * 16 * parameters / share / unit
+           for unit in (1e9, 2**30, 1e6, 2**20)):
+        return "returned gigabytes or megabytes: return bytes (16 per parameter)"
+    for per_parameter, what in ((4, "only the weights: training also keeps each weight's "
+                                   "gradient (4 bytes) and Adam's two averages (8 bytes)"),
+                                (8, "the weights and their gradients, not Adam's two averages "
+                                    "(4 bytes each)"),
+                                (12, "one of Adam's averages only: Adam keeps two, exp_avg and "
+                                     "exp_avg_sq, 4 bytes each")):
+        if answer in (per_parameter * parameters / share, per_parameter * parameters):
+            return f"counted {what}"
+    if not sharded and gpus > 1 and answer == 16 * parameters / gpus:
+        return ("divided by the GPUs for DDP too: DDP keeps a full copy of everything on every "
+                "GPU, so only FSDP (sharded=True) divides")
+    if sharded and gpus > 1 and answer == 16 * parameters:
+        return "did not divide for FSDP: with sharded=True each GPU holds 1/gpus of everything"
+    return None
+
+
+@graded
+def check_bytes_per_gpu(bytes_per_gpu: Callable) -> Feedback:
+    """Exercise 10.1: ``bytes_per_gpu(parameters, gpus, sharded)``: the bytes each GPU holds
+    for weights, gradients and Adam's two averages in float32 (16 per parameter), with DDP
+    (all of it) or FSDP (``sharded=True``: 1/gpus of it). Asked about several sizes; an int or
+    a float is fine. Introduced in lab 10_sharded_training.
+    """
+    exercise = "Exercise 1"
+    problem = not_a_function(exercise, bytes_per_gpu)
+    if problem is not None:
+        return problem
+    if is_unattempted(bytes_per_gpu):
+        return not_attempted(exercise)
+    for parameters, gpus, sharded in _SIZES:
+        answer, problem, _ = processes.attempt(exercise, bytes_per_gpu, parameters, gpus, sharded)
+        if problem is not None:
+            return problem
+        asked = f"bytes_per_gpu({parameters:_}, {gpus}, sharded={sharded})"
+        if isinstance(answer, bool) or not isinstance(answer, (int, float)):
+            return Feedback(exercise, FAILED, f"{asked} returned {answer!r}: return a number of "
+                                              "bytes.")
+        expected = 16 * parameters / (gpus if sharded else 1)
+        if abs(answer - expected) <= 1e-9 * expected:
+            continue
+        mistake = _bytes_mistake(answer, parameters, gpus, sharded)
+        if mistake is not None:
+            return Feedback(exercise, FAILED, f"{asked} returned {answer:_}: you {mistake}.")
+        return Feedback(exercise, FAILED, f"{asked} returned {answer:_}, not {expected:_.0f}: "
+                                          "16 bytes per parameter, divided by the GPUs only "
+                                          "when sharded.")
+    return Feedback(exercise, PASSED, "16 bytes per parameter: all of it on every GPU with DDP, "
+                                      "1/N of it with FSDP on N GPUs.")
 
 
 def _sharded_checkpoint(exercise: str, folder: str) -> tuple[Path, Feedback | None]:
@@ -98,7 +162,7 @@ def _load_state_dict_problem(exercise: str, text: str) -> Feedback | None:
 
 @graded
 def check_load_sharded(load_sharded: Callable, folder: str = "scratch_lab10") -> Feedback:
-    """Exercise 10.1: ``load_sharded(checkpoint_folder, model)`` fills ``model`` in one process.
+    """Exercise 10.2: ``load_sharded(checkpoint_folder, model)`` fills ``model`` in one process.
 
     The folder is a DCP checkpoint written by 2 processes, each holding half of every
     parameter (FSDP2). Passes when the model's weights equal the saved ones, loaded
@@ -108,7 +172,7 @@ def check_load_sharded(load_sharded: Callable, folder: str = "scratch_lab10") ->
     """
     import warnings
 
-    exercise = "Exercise 1"
+    exercise = "Exercise 2"
     problem = not_a_function(exercise, load_sharded)
     if problem is not None:
         return problem
@@ -185,18 +249,18 @@ def check_load_sharded(load_sharded: Callable, folder: str = "scratch_lab10") ->
 
 @graded
 def check_one_file(one_file: Callable, folder: str = "scratch_lab10") -> Feedback:
-    """Exercise 10.2: ``one_file(checkpoint_folder, path)`` writes the sharded checkpoint's
+    """Exercise 10.3: ``one_file(checkpoint_folder, path)`` writes the sharded checkpoint's
     model as one ordinary file at ``path``.
 
     Passes when ``torch.load(path, weights_only=True)`` gives a plain state dict (keys like
     ``0.weight``) with the saved weights, so that ``model.load_state_dict`` takes it as it is.
-    The checkpoint is the one exercise 1 loads (written when missing). Introduced in lab
+    The checkpoint is the one exercise 2 loads (written when missing). Introduced in lab
     10_sharded_training.
     """
     import os
     import warnings
 
-    exercise = "Exercise 2"
+    exercise = "Exercise 3"
     problem = not_a_function(exercise, one_file)
     if problem is not None:
         return problem

@@ -329,3 +329,61 @@ def test_one_file_names_each_mistake(judged, answer, phrase):
 def test_one_file_stub_is_not_attempted(tmp_path):
     _status(checks.check_one_file(stub, folder=str(tmp_path)), checks.NOT_ATTEMPTED)
     assert not (tmp_path / "sharded").exists()
+
+
+# --- exercise 1: bytes_per_gpu ----------------------------------------------------------------
+
+
+def bytes_named_parts(parameters, gpus, sharded):
+    weights = gradients = 4 * parameters
+    adam = 2 * 4 * parameters
+    total = weights + gradients + adam
+    if sharded:
+        total /= gpus
+    return total
+
+
+def bytes_integer_division(parameters, gpus, sharded):
+    return 16 * parameters // (gpus if sharded else 1)
+
+
+def bytes_with_dtype_sizes(parameters, gpus, sharded):
+    size = torch.finfo(torch.float32).bits // 8
+    share = gpus if sharded else 1
+    return parameters * size * 4 / share
+
+
+RIGHT_BYTES = {
+    "one-line": lambda p, g, s: 16 * p / g if s else 16 * p,
+    "named-parts": bytes_named_parts,
+    "integer-division": bytes_integer_division,
+    "dtype-sizes": bytes_with_dtype_sizes,
+    "keywords": lambda parameters, gpus, sharded: (parameters * 16) / (gpus if sharded else 1),
+    "element-size": lambda p, g, s: p * torch.empty(0).element_size() * 4 / (g if s else 1),
+}
+
+
+@pytest.mark.parametrize("answer", RIGHT_BYTES.values(), ids=RIGHT_BYTES.keys())
+def test_bytes_per_gpu_passes_however_written(answer):
+    _status(checks.check_bytes_per_gpu(answer), checks.PASSED)
+
+
+WRONG_BYTES = {
+    "weights-only": (lambda p, g, s: 4 * p / g if s else 4 * p, "only the weights"),
+    "no-adam": (lambda p, g, s: 8 * p / g if s else 8 * p, "not Adam's two averages"),
+    "one-average": (lambda p, g, s: 12 * p / g if s else 12 * p, "Adam keeps two"),
+    "ddp-divided": (lambda p, g, s: 16 * p / g, "divided by the GPUs for DDP too"),
+    "fsdp-whole": (lambda p, g, s: 16 * p, "did not divide for FSDP"),
+    "gigabytes": (lambda p, g, s: 16 * p / (g if s else 1) / 1e9, "gigabytes or megabytes"),
+    "a-string": (lambda p, g, s: f"{16 * p} bytes", "return a number of bytes"),
+    "off": (lambda p, g, s: 20 * p / (g if s else 1), "not 14_000_000_000"),
+}
+
+
+@pytest.mark.parametrize(("answer", "phrase"), WRONG_BYTES.values(), ids=WRONG_BYTES.keys())
+def test_bytes_per_gpu_names_each_mistake(answer, phrase):
+    assert_one_line(_status(checks.check_bytes_per_gpu(answer), checks.FAILED, phrase))
+
+
+def test_bytes_per_gpu_stub_is_not_attempted():
+    _status(checks.check_bytes_per_gpu(stub), checks.NOT_ATTEMPTED)
