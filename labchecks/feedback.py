@@ -418,7 +418,7 @@ def attempt_within(exercise: str, function: Callable, *args, limit_s: float,
     ``stopped`` is True when the function raised one of ``stop``: exceptions a check raises
     into the learner's code once it has seen what it needs. Thread-local state (PyTorch's
     dispatch and function modes, grad mode) does not cross into the thread: enter such
-    contexts inside ``function``. Introduced in lab 08_many_devices.
+    contexts inside ``function``. Introduced in lab 09_many_processes.
     """
     import threading
 

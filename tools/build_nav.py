@@ -364,7 +364,8 @@ def readme_table(notebooks: dict[Path, str] | None = None) -> str:
         lines += [
             "",
             f"**The next step: {later[0].name[:2]}-{later[-1].name[:2]}**, when you need it: "
-            "what moving data costs, what fits in memory, and many devices.",
+            "what moving data costs and what fits in memory, many processes, and a model too "
+            "big for one GPU.",
             "",
             *_table_rows(later, notebooks),
         ]

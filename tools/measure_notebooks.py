@@ -1,7 +1,7 @@
 """Measure each notebook as one learner's Run All: time, CPU, and memory of all its processes.
 
 Each notebook runs in its own fresh kernel (as a learner's Run All would). While it runs,
-the kernel and every process it starts (08's torchrun launcher and workers) are sampled
+the kernel and every process it starts (09's and 10's torchrun launchers and workers) are sampled
 every 0.1 s: the peak of their summed PSS (proportional set size: shared libraries counted
 once across the processes, as a hub's memory limit sees them; RSS where the system has no
 PSS) and of their summed RSS, the most processes at once, and the CPU seconds they used.
@@ -10,7 +10,7 @@ Prints a Markdown table. Usage:
     python -m tools.measure_notebooks [notebook ...]   # default: every notebook and lab
 
 Goals (README, "What runs where"): under 10 s and under 1 GB per notebook, except the
-known longer runs in :data:`TIME_LIMITS_S` (08 launches real processes).
+known longer runs in :data:`TIME_LIMITS_S` (09 and 10 launch real processes).
 """
 
 from __future__ import annotations
@@ -33,11 +33,11 @@ from tools import lessons
 KERNEL_QUIET = "--IPKernelApp.log_level=ERROR"
 
 TIME_LIMIT_S = 10.0
-#: Notebooks known to take longer: 08 and its lab start torchrun jobs (a few seconds each).
-TIME_LIMITS_S = {"08_many_devices.ipynb": 120.0}
+#: Notebooks known to take longer: 09, 10 and their labs start torchrun jobs (a few seconds each).
+TIME_LIMITS_S = {"09_many_processes.ipynb": 120.0, "10_sharded_training.ipynb": 120.0}
 MEMORY_LIMIT_MB = 1024.0
-#: 08 runs up to six processes at once (the launcher, two workers, each importing torch).
-MEMORY_LIMITS_MB = {"08_many_devices.ipynb": 2048.0}
+#: 09 and 10 run up to six processes at once (the launcher, the workers, each importing torch).
+MEMORY_LIMITS_MB = {"09_many_processes.ipynb": 2048.0, "10_sharded_training.ipynb": 2048.0}
 #: A cell may run this long before the run is called stuck.
 CELL_TIMEOUT_S = 600
 SAMPLE_S = 0.1

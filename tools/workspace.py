@@ -49,6 +49,14 @@ ASKS = re.compile(r"(?m)(^|\*\*|[.!?:]\s+)Predict\b")
 ANSWER_TAG = "answer"  # a code cell whose outputs a learner's copy opens without
 NOT_ANSWER_TAG = "not-answer"  # never cleared, even right after a question
 CHECK_TAG = "hidden-check"  # a check cell (tools.reading_time.CHECK_TAG): prints nothing
+#: Notebooks and labs the course renamed or split: a learner's copy of the old one is kept as
+#: it is, and ``make lab`` says where its parts are now.
+MOVED = {
+    "notebooks/08_many_devices.ipynb": ("notebooks/09_many_processes.ipynb",
+                                        "notebooks/10_sharded_training.ipynb"),
+    "labs/08_many_devices.ipynb": ("labs/09_many_processes.ipynb",
+                                   "labs/10_sharded_training.ipynb"),
+}
 README = """\
 # My work
 
@@ -282,7 +290,11 @@ def update(root: Path = ROOT, folder: str = FOLDER) -> list[str]:
             lines.append(f"  {name}  ({'edited by you' if edited else 'not edited by you'})")
         lines.append(f"For the new version of one, keeping yours with today's date in its name: "
                      f"make fresh COPY={newer[0]}")
-    if not (added or newer or adopted or first_time):
+    moved = [(old, new) for old, new in MOVED.items() if (work / old).exists()]
+    for old, new in moved:
+        lines.append(f"{folder}/{old} is kept as it is; the course split it into "
+                     f"{' and '.join(new)} (your copies of those are in {folder}/ too).")
+    if not (added or newer or adopted or first_time or moved):
         lines.append(f"Your copies in {folder}/ are up to date with the course.")
     return lines
 

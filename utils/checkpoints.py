@@ -45,12 +45,12 @@ def inspect_checkpoint(path: str | os.PathLike) -> CheckpointInfo | DcpInfo:
     storage's tag and returns it unchanged, so a ``cuda:0`` file inspects on a CPU. Raises
     CheckpointError (empty, truncated, not a checkpoint) or UnsafeCheckpointError (its
     ``.needs``: the code it asks for; ``.info``: its tensors, nothing of it run). A DCP
-    folder goes to :func:`utils.dcp.inspect_dcp` (08). Introduced in 05_save_load_scenarios.
+    folder goes to :func:`utils.dcp.inspect_dcp` (10). Introduced in 05_save_load_scenarios.
     """
     path = Path(path)
     if path.is_dir() and any(p.name == ".metadata" or p.suffix == ".distcp"
                              for p in path.iterdir()):
-        from utils.dcp import inspect_dcp  # a torch.distributed.checkpoint folder (08)
+        from utils.dcp import inspect_dcp  # a torch.distributed.checkpoint folder (10)
 
         return inspect_dcp(path)
     fmt = _sniff(path)

@@ -1,6 +1,6 @@
 """Look inside a distributed checkpoint (a ``torch.distributed.checkpoint`` folder) safely.
 
-Introduced in 08_many_devices. ``dcp.save`` writes ``.metadata`` (a pickle saying, per
+Introduced in 10_sharded_training. ``dcp.save`` writes ``.metadata`` (a pickle saying, per
 tensor, its shape, dtype and which chunk sits in which rank's ``__<rank>_<n>.distcp``
 file) and the data files. Only ``.metadata`` is read, by an unpickler that accepts only
 the classes DCP writes there.
@@ -28,7 +28,7 @@ def inspect_dcp(folder: str | os.PathLike) -> DcpInfo:
     Per entry: key (``model.0.weight``), full shape and dtype, and its chunks (offsets,
     sizes, the file and so the rank); non-tensor items have no shape. No process group
     is needed. Raises FileNotFoundError, CheckpointError (damaged) or
-    UnsafeCheckpointError. Introduced in 08_many_devices.
+    UnsafeCheckpointError. Introduced in 10_sharded_training.
     """
     folder = Path(folder)
     if not folder.is_dir():
@@ -229,7 +229,7 @@ def save_and_switch(state_dict: dict, root: str | os.PathLike, step: int, **save
 
     The pointer (a one-line file) is replaced atomically only after ``dcp.save`` returned,
     so a save that dies halfway leaves ``latest`` naming the previous complete folder.
-    Every rank calls it; rank 0 switches the pointer. Introduced in 08_many_devices.
+    Every rank calls it; rank 0 switches the pointer. Introduced in 10_sharded_training.
     """
     import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
@@ -252,7 +252,7 @@ def save_and_switch(state_dict: dict, root: str | os.PathLike, step: int, **save
 
 
 def latest(root: str | os.PathLike) -> Path | None:
-    """Return the folder ``root/latest`` names, or None before any save (08_many_devices)."""
+    """Return the folder ``root/latest`` names, or None before any save (10_sharded_training)."""
     pointer = Path(root) / LATEST_FILE
     if not pointer.is_file():
         return None
@@ -272,7 +272,7 @@ _RANK_COLOURS = ("#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860
 def shard_figure(infos: list[DcpInfo], titles: list[str] | None = None):
     """Return a Figure: per :class:`DcpInfo`, which rank holds which rows of each tensor.
 
-    Introduced in 08_many_devices.
+    Introduced in 10_sharded_training.
     """
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch

@@ -1,8 +1,8 @@
 """Many processes: a launcher for notebooks, and the preamble every worker script shares.
 
-Introduced in 08_many_devices. A notebook starts workers with :func:`torchrun`; a worker
+Introduced in 09_many_processes. A notebook starts workers with :func:`torchrun`; a worker
 script starts with ``with utils.process_group() as me:`` (the plain-PyTorch lines it stands
-for are in notebook 08's "In your own code").
+for are in notebook 09's "In your own code").
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def torchrun(script: str | os.PathLike, nproc: int = 2, args: Sequence[str] = ()
     It is ``python -m torch.distributed.run`` from this Python. Once all ranks finished,
     each rank's stdout is printed under ``[rank N]``, in rank order. A failed rank raises
     :class:`WorkerFailed` with its traceback; after ``timeout_s`` the launch is killed and
-    raises TimeoutError. Returns ``{rank: stdout}``. Introduced in 08_many_devices.
+    raises TimeoutError. Returns ``{rank: stdout}``. Introduced in 09_many_processes.
     """
     script = Path(script)
     if not script.is_file():
@@ -79,7 +79,7 @@ def process_group(timeout_s: float = 60.0) -> Iterator[Worker]:
 
     Backend and device from :func:`backend_and_device`; ``init_process_group`` with a
     timeout (a collective one rank never reaches fails instead of hanging); a barrier at
-    the end of the block, then ``destroy_process_group``. Introduced in 08_many_devices.
+    the end of the block, then ``destroy_process_group``. Introduced in 09_many_processes.
     """
     import torch.distributed as dist
 
@@ -103,7 +103,7 @@ TORCHRUN_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER
 
 
 class Worker(NamedTuple):
-    """Who this process is: what :func:`process_group` yields. Introduced in 08_many_devices."""
+    """Who this process is: what :func:`process_group` yields. Introduced in 09_many_processes."""
 
     rank: int
     local_rank: int
@@ -131,7 +131,7 @@ def backend_and_device(local_rank: int) -> tuple[str, torch.device]:
     """Return ``("nccl", cuda:local_rank)`` with one GPU per local process, else ``("gloo", cpu)``.
 
     On GPUs it calls ``torch.cuda.set_device(local_rank)`` first: the *local* rank, not the
-    global one, is a GPU index. Introduced in 08_many_devices.
+    global one, is a GPU index. Introduced in 09_many_processes.
     """
     if not _wants_cuda():
         return "gloo", torch.device("cpu")
@@ -189,7 +189,7 @@ def _exit_without_native_teardown() -> None:
 def child_stderr() -> Iterator[io.StringIO]:
     """Collect what child processes write to file descriptor 2 in the block; yield a StringIO.
 
-    A notebook does not show a child's stderr in the cell. Introduced in 08_many_devices.
+    A notebook does not show a child's stderr in the cell. Introduced in 09_many_processes.
     """
     collected = io.StringIO()
     sys.stderr.flush()

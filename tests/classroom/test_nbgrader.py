@@ -39,6 +39,11 @@ WRONG_ANSWERS = {
         'optimizer.load_state_dict(checkpoint["optimizer"])',
         'scheduler.load_state_dict(checkpoint["scheduler"])',
         'return checkpoint["epoch"]']), "were not restored"),
+    # Lab 09: every process loads onto GPU 0 (seen on the simulated GPU machine).
+    "load_for_this_rank": ("return torch.load(path, weights_only=True)", "with no map_location"),
+    # Lab 10: only the weights counted.
+    "bytes_per_gpu": ("return 4 * parameters / gpus if sharded else 4 * parameters",
+                      "only the weights"),
 }
 GENERIC_WRONG = ("return None", "❌")
 

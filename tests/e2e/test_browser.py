@@ -16,7 +16,7 @@ Python through its ``executable_path``; Playwright's own browser download is not
 Outside CI a missing Chromium skips this file; with ``CI=true`` it fails.
 
 What it does not run twice: each notebook is served with its cells up to the end of its
-first section (or its first ``utils.torchrun`` launch, in 08) and, after that, its markdown
+first section (or its first ``utils.torchrun`` launch, in 09 and 10) and, after that, its markdown
 and every widget cell (``utils.quiz`` and the explorers); the other code cells are dropped
 from the copy (see :func:`_browser_copy`). nbval already runs every one of those cells, in the
 same ipykernel from the same environment, and compares their outputs with the stored ones,

@@ -88,6 +88,27 @@ def test_a_lab_new_in_the_course_is_copied_and_the_others_are_left_alone(course)
     assert (course / "my-work" / LAB).read_bytes() == answered
 
 
+def test_a_copy_of_the_old_08_is_kept_and_make_lab_says_where_its_parts_went(course):
+    workspace.update(course)
+    old_lab, old_lesson = "labs/08_many_devices.ipynb", "notebooks/08_many_devices.ipynb"
+    shutil.copyfile(course / LESSON, course / "my-work" / old_lesson)  # copied before the split
+    shutil.copyfile(course / LAB, course / "my-work" / old_lab)
+    answered = write_answer(course / "my-work" / old_lab)
+    for name in ("labs/09_many_processes.ipynb", "labs/10_sharded_training.ipynb"):
+        shutil.copyfile(course / LAB, course / name)  # the course now has its two parts
+    lines = workspace.update(course)
+    assert ("my-work/labs/08_many_devices.ipynb is kept as it is; the course split it into "
+            "labs/09_many_processes.ipynb and labs/10_sharded_training.ipynb (your copies of "
+            "those are in my-work/ too).") in lines
+    assert any(line.startswith(f"my-work/{old_lesson} is kept as it is") and
+               "notebooks/09_many_processes.ipynb and notebooks/10_sharded_training.ipynb" in line
+               for line in lines)
+    assert (course / "my-work" / old_lab).read_bytes() == answered
+    assert (course / "my-work/labs/10_sharded_training.ipynb").exists()
+    assert workspace.update(course)[-2:] == lines[-2:]  # said again, and the copy still kept
+    assert (course / "my-work" / old_lab).read_bytes() == answered
+
+
 def test_a_newer_lab_upstream_is_reported_and_the_copy_is_untouched(course):
     workspace.update(course)
     answered = write_answer(course / "my-work" / LAB)

@@ -1,7 +1,7 @@
 """utils.dcp: inspect a DCP folder from its metadata alone, safely; save to a new folder, switch.
 
 The multi-rank cases (which rank wrote which rows, resharding 2 -> 3) run for real in
-notebook 08, whose asserts nbval checks; here everything runs in this one process.
+notebook 10, whose asserts nbval checks; here everything runs in this one process.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Two real launches: one where a rank fails (its output order, and the failing rank's
 traceback named first), one that hangs (the timeout stops every process). The
-successful path runs in notebook 08 under nbval, four launches with asserts.
+successful path runs in notebooks 09 and 10 under nbval, seven launches with asserts.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Time every check of labs 07 and 08 on the lab's own solution and on its slowest known
+"""Time every check of labs 07, 09 and 10 on the lab's own solution and on its slowest known
 wrong answer. Not a test: a measurement, to run by hand.
 
     .venv/bin/python -m tools.bench.time_lab_checks          # median of 3 runs each
@@ -6,7 +6,7 @@ wrong answer. Not a test: a measurement, to run by hand.
 
 Target: each check under 10 s on a 2-core machine. The solutions are the lab's
 own, read from labs/solutions/ (the setup cell and every cell with ``### BEGIN SOLUTION``,
-run in one namespace, as in the notebook). Exercise 4 is timed twice: in an empty folder
+run in one namespace, as in the notebook). Lab 10's exercise is timed twice: in an empty folder
 (it then starts the 2 processes that write its checkpoint), and run again (the checkpoint
 is there). Wall time depends on the machine's load, so the table gives the
 load average and the CPU time too (this process's and its children's: torchrun and its
@@ -80,11 +80,13 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     import torch.distributed as dist
 
-    from labchecks import lab08
+    from labchecks import lab09
 
     lab07 = solution_namespace("07_moving_data_fast")
-    lab08_answers = solution_namespace("08_many_devices")
-    checks07, checks08 = lab07["checks"], lab08_answers["checks"]  # labchecks.lab07, .lab08
+    lab09_answers = solution_namespace("09_many_processes")
+    lab10_answers = solution_namespace("10_sharded_training")
+    checks07, checks09 = lab07["checks"], lab09_answers["checks"]  # labchecks.lab07, .lab09
+    checks10 = lab10_answers["checks"]
     scratch = Path(tempfile.mkdtemp(prefix="time-lab-checks-"))
     alone = scratch / "alone"
     after = scratch / "after"
@@ -108,23 +110,23 @@ def main(argv: list[str] | None = None) -> int:
          lambda: checks07.check_adam_bytes(lab07["adam_bytes"]), None),
         ("07.3 check_largest_batch, solution",
          lambda: checks07.check_largest_batch(lab07["largest_batch"]), None),
-        ("08.1 check_setup_device, solution",
-         lambda: checks08.check_setup_device(lab08_answers["setup_device"]), None),
-        ("08.1 check_setup_device, a function that never returns",
-         lambda: checks08.check_setup_device(waits_for_ever), None),
-        ("08.2 check_rank_aware_load, solution",
-         lambda: checks08.check_rank_aware_load(lab08_answers["load_for_this_rank"],
+        ("09.1 check_setup_device, solution",
+         lambda: checks09.check_setup_device(lab09_answers["setup_device"]), None),
+        ("09.1 check_setup_device, a function that never returns",
+         lambda: checks09.check_setup_device(waits_for_ever), None),
+        ("09.2 check_rank_aware_load, solution",
+         lambda: checks09.check_rank_aware_load(lab09_answers["load_for_this_rank"],
                                                 folder=str(after)), None),
-        ("08.3 check_save_on_rank_zero, solution",
-         lambda: checks08.check_save_on_rank_zero(lab08_answers["save_on_rank_zero"],
+        ("09.3 check_save_on_rank_zero, solution",
+         lambda: checks09.check_save_on_rank_zero(lab09_answers["save_on_rank_zero"],
                                                   folder=str(after)), None),
-        ("08.3 check_save_on_rank_zero, barrier inside `if rank == 0`",
-         lambda: lab08.judge_saves([barrier_inside_if], folder=str(scratch / "if"))[0], None),
-        ("08.4 check_load_sharded, solution, first run (writes its checkpoint)",
-         lambda: checks08.check_load_sharded(lab08_answers["load_sharded"], folder=str(alone)),
+        ("09.3 check_save_on_rank_zero, barrier inside `if rank == 0`",
+         lambda: lab09.judge_saves([barrier_inside_if], folder=str(scratch / "if"))[0], None),
+        ("10.1 check_load_sharded, solution, first run (writes its checkpoint)",
+         lambda: checks10.check_load_sharded(lab10_answers["load_sharded"], folder=str(alone)),
          fresh),
-        ("08.4 check_load_sharded, solution, run again (the checkpoint is there)",
-         lambda: checks08.check_load_sharded(lab08_answers["load_sharded"], folder=str(alone)),
+        ("10.1 check_load_sharded, solution, run again (the checkpoint is there)",
+         lambda: checks10.check_load_sharded(lab10_answers["load_sharded"], folder=str(alone)),
          None),
     ]
     print(f"cores: {os.cpu_count()}, load average at start: "

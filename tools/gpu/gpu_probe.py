@@ -3,8 +3,8 @@
     python -m tools.gpu.gpu_probe            # needs a CUDA GPU; prints one block per probe
 
 Each probe runs one line that a learner writes and prints what PyTorch answered (the
-exception's type and message, or the result), so that the quotes in notebooks 02, 04, 05, 07
-and 08 can be compared with what a GPU really says (docs/gpu-verification.md). Nothing here
+exception's type and message, or the result), so that the quotes in notebooks 02, 04, 05, 07,
+09 and 10 can be compared with what a GPU really says (docs/gpu-verification.md). Nothing here
 asserts: it records. Run by tools/gpu/gpu_verify.sh; on a machine without CUDA it says so and exits.
 """
 
@@ -145,7 +145,7 @@ def load_messages(gpu: torch.device, scratch: Path) -> None:
           lambda: torch.load(on_one)["w"].device)
     probe("load a cuda:1 file with map_location='cpu' (05)",
           lambda: torch.load(on_one, map_location="cpu")["w"].device)
-    probe("load a cuda:0 file with no map_location (05, 08: onto cuda:0)",
+    probe("load a cuda:0 file with no map_location (05, 09: onto cuda:0)",
           lambda: torch.load(on_gpu)["w"].device)
     probe("load_state_dict copies onto the model's device (05, 06)",
           lambda: _load_into_gpu_model(on_gpu, gpu))
@@ -248,7 +248,7 @@ def main() -> int:
         load_messages(gpu, scratch)
         probe("a forked DataLoader worker that moves to cuda in __getitem__ (07 §6)",
               lambda: in_fresh_process(FORKED_WORKER_TOUCHES_CUDA))
-        probe("dcp.async_save with nccl alone (08)",
+        probe("dcp.async_save with nccl alone (10)",
               lambda: in_fresh_process(ASYNC_SAVE_NCCL_ONLY % str(scratch / "dcp")))
         copy_timings(gpu)
         memory_messages(gpu)

@@ -1,10 +1,10 @@
-"""Benchmark notebook 08's targets. Not a test.
+"""Benchmark the targets of notebooks 09 and 10 (many processes, sharded). Not a test.
 
-    python -m tools.bench.bench_08            # everything
-    python -m tools.bench.bench_08 inspect    # only: inspect vs load of a 256 MiB DCP checkpoint
-    python -m tools.bench.bench_08 notebook   # only: Run All time breakdown and peak memory
+    python -m tools.bench.bench_distributed            # everything
+    python -m tools.bench.bench_distributed inspect    # only: inspect vs load, 256 MiB DCP folder
+    python -m tools.bench.bench_distributed notebook   # only: Run All breakdown and peak memory
 
-Targets: notebook 08 runs in under 30 s on a 2-core CPU-only machine, with the peak memory
+Targets: each notebook runs in under 30 s on a 2-core CPU-only machine, with the peak memory
 of all its processes together (kernel, torchrun, workers) under 1.5 GB; inspecting a
 DCP folder is at least 20x faster than loading it, on a 256 MiB checkpoint.
 
@@ -31,7 +31,8 @@ import psutil
 from nbclient import NotebookClient
 
 ROOT = Path(__file__).resolve().parents[2]
-NOTEBOOK = ROOT / "notebooks" / "08_many_devices.ipynb"
+NOTEBOOKS = [ROOT / "notebooks" / "09_many_processes.ipynb",
+             ROOT / "notebooks" / "10_sharded_training.ipynb"]
 
 
 CPU_SECONDS_CELL = """\
@@ -60,10 +61,15 @@ def _tree_memory(pid: int) -> tuple[int, int, int]:
 
 
 def bench_notebook() -> None:
-    notebook = nbformat.read(NOTEBOOK, as_version=4)
+    for path in NOTEBOOKS:
+        _bench_one(path)
+
+
+def _bench_one(path: Path) -> None:
+    notebook = nbformat.read(path, as_version=4)
     os.environ.update(LESSONS_DEVICE="cpu", LESSONS_WIDGETS="text")
     client = NotebookClient(notebook, timeout=300, kernel_name="python3",
-                            resources={"metadata": {"path": str(NOTEBOOK.parent)}})
+                            resources={"metadata": {"path": str(path.parent)}})
     peak = {"rss": 0, "pss": 0, "processes": 0}
     stop = threading.Event()
     rows: list[tuple[float, str]] = []
@@ -98,7 +104,7 @@ def bench_notebook() -> None:
     setup = rows[0][0]
     spawn = sum(s for s, line in rows if "torch.multiprocessing" in line)
     other = total - setup - spawn - sum(s for s, _ in launches)
-    print(f"notebook 08 Run All: {total:.1f} s (target < 30 s), load average now "
+    print(f"notebook {path.name[:2]} Run All: {total:.1f} s (target < 30 s), load average now "
           f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     print(f"  setup cell (import torch, utils): {setup:.1f} s")
     print(f"  mp.spawn error demo (a child imports torch): {spawn:.1f} s")
