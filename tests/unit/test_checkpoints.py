@@ -490,7 +490,7 @@ def test_torch_compile_prefixes_keys_with_orig_mod_and_module_compile_does_not()
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # torch.jit, imported by compile
 def test_torch_compile_compiles_again_after_the_model_moves():
-    """Notebook 06: a compiled model specialises on the device it first ran on (backend eager: fast)."""
+    """Notebook 06: a compiled model specialises on its first device (backend eager: fast)."""
     from torch._dynamo.utils import counters
 
     model = nn.Linear(2, 2)
