@@ -486,3 +486,19 @@ def test_torch_compile_prefixes_keys_with_orig_mod_and_module_compile_does_not()
     assert list(model.state_dict()) == ["weight", "bias"]
     assert list(utils.strip_wrapper_prefixes(torch.compile(model).state_dict())) == [
         "weight", "bias"]
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # torch.jit, imported by compile
+def test_torch_compile_compiles_again_after_the_model_moves():
+    """Notebook 06: a compiled model specialises on its first device (backend eager: fast)."""
+    from torch._dynamo.utils import counters
+
+    model = nn.Linear(2, 2)
+    compiled = torch.compile(model, backend="eager")
+    counters.clear()
+    compiled(torch.ones(1, 2))
+    compiled(torch.ones(1, 2))  # same device, same dtype: the same graph
+    assert counters["stats"]["unique_graphs"] == 1
+    model.to("meta")  # moved: its guards fail, so it compiles again
+    compiled(torch.ones(1, 2, device="meta"))
+    assert counters["stats"]["unique_graphs"] == 2
