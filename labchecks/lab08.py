@@ -1,27 +1,18 @@
-"""Checks for lab 08_many_devices: fix a multi-process training script, reshard a checkpoint.
+"""Checks for lab 08_libraries: devices in transformers, accelerate and safetensors.
 
-Exercises 1 and 2 run in this process: the GPU machine they are about is simulated (a
-fake ``torch.cuda`` and ``torch.accelerator`` that record calls, environment variables as
-torchrun sets them on the second machine of a cluster). Exercise 3 runs for real: the
-learner's function is copied into a worker script that ``torchrun`` starts on 2 CPU
-processes (gloo), and the check reads what they wrote; the learner's ``dist.barrier`` is
-the check's own there, one that gives up and says which rank never came. Exercise 4 loads,
-in this process, a sharded checkpoint that 2 processes wrote (the check starts them).
-Every call of the learner's code and every launch has a time limit, and no exercise needs
-another to have run.
+Each check builds its own tiny inputs (a two-layer GPT-2 from a config, a tokenizer's batch, a
+small safetensors file, a model with a tied weight) in ``folder``, runs the learner's function
+on them and names the misconception behind a wrong result: a batch moved by attribute, a split
+model moved with ``.to``, a meta model filled with ``to_empty``, a safetensors file loaded
+without ``device=``, shared tensors saved with ``save_file``. Nothing is downloaded; the
+libraries are imported when a check runs, not when ``labchecks`` is imported.
 """
 
 from __future__ import annotations
 
-import ast
-import contextlib
-import inspect
-import io
-import json
 import os
-import re
-import textwrap
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from unittest import mock
 
@@ -32,945 +23,672 @@ from labchecks.feedback import (
     FAILED,
     PASSED,
     Feedback,
-    attempt_within,
-    is_unattempted,
+    NotAttempted,
+    call,
+    device_name,
+    explain,
+    moved_and_dropped,
     not_a_function,
     not_attempted,
-    state_dict_keys,
+    recorded_loads,
+    recorded_to_calls,
 )
 from labchecks.grading import graded
 
-#: What torchrun sets on the second machine of a 2 x 4-GPU job, for its second process.
-CLUSTER_ENV = {"RANK": "5", "LOCAL_RANK": "1", "WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "4",
-               "MASTER_ADDR": "node0", "MASTER_PORT": "29500"}
-#: The names the worker script gives the learner's exercise 3 function (listed in the lab).
-WORKER_IMPORTS = """\
-import os
-import time
-
-import torch
-import torch.distributed as dist
-import torch.distributed.checkpoint as dcp
-from torch import nn
-from torch.distributed.checkpoint.state_dict import get_model_state_dict
-from torch.nn.parallel import DistributedDataParallel as DDP
-
-import utils
-"""
+SCRATCH = "scratch_lab08_libraries"
+SENTENCES = ["the model lives on the cpu", "the batch moves to the device",
+             "a tensor lives where it was made"]
 
 
-def fresh_model() -> nn.Module:
-    """The small model every exercise of lab 08 uses, with seed 0's initial weights.
+# --- what the checks build ---------------------------------------------------------------
 
-    Introduced in lab 08_many_devices.
+
+def tiny_config():
+    """Return the two-layer GPT-2 config of lab 08 (and notebook 08): 32 numbers per token,
+    a vocabulary of 100. Introduced in lab 08_libraries."""
+    import transformers
+
+    return transformers.GPT2Config(n_layer=2, n_head=2, n_embd=32, n_positions=64,
+                                   vocab_size=100, bos_token_id=0, eos_token_id=0)
+
+
+def save_tiny_model(folder: str | os.PathLike, seed: int = 0) -> Path:
+    """Build the tiny GPT-2 with weights drawn from ``seed``, ``save_pretrained`` it into
+    ``folder`` and return the folder. Introduced in lab 08_libraries."""
+    import transformers
+
+    transformers.utils.logging.disable_progress_bar()
+    generator_state = torch.get_rng_state()
+    torch.manual_seed(seed)
+    model = transformers.GPT2LMHeadModel(tiny_config()).eval()
+    torch.set_rng_state(generator_state)  # leave the learner's random numbers alone
+    folder = Path(folder)
+    model.save_pretrained(folder)
+    return folder
+
+
+def tiny_tokenizer():
+    """Return a word-level tokenizer trained on three sentences, wrapped as transformers'
+    ``PreTrainedTokenizerFast``. Introduced in lab 08_libraries."""
+    import tokenizers
+    import transformers
+
+    word_level = tokenizers.Tokenizer(tokenizers.models.WordLevel(unk_token="[UNK]"))
+    word_level.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
+    vocabulary = tokenizers.trainers.WordLevelTrainer(special_tokens=["[PAD]", "[UNK]"])
+    word_level.train_from_iterator(SENTENCES, vocabulary)
+    return transformers.PreTrainedTokenizerFast(tokenizer_object=word_level,
+                                                pad_token="[PAD]", unk_token="[UNK]")
+
+
+SPLIT_MAP = {"transformer.wte": "cpu", "transformer.wpe": "cpu", "transformer.h.0": "cpu",
+             "transformer.h.1": "disk", "transformer.ln_f": "cpu", "lm_head": "cpu"}
+
+
+def load_split(folder: str | os.PathLike):
+    """Return the tiny GPT-2 saved in ``folder``, split by :data:`SPLIT_MAP` (block 1 on the
+    disk, the rest on the CPU). Introduced in lab 08_libraries."""
+    import logging
+
+    import transformers
+
+    logging.getLogger("accelerate").setLevel(logging.ERROR)
+    return transformers.AutoModelForCausalLM.from_pretrained(
+        folder, device_map=SPLIT_MAP, offload_folder=Path(folder) / "offload")
+
+
+class TiedNet(nn.Module):
+    """Two layers that share one weight (``decoder.weight`` is ``encoder.weight``), as a
+    language model's output layer shares its embedding. Introduced in lab 08_libraries."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.encoder = nn.Linear(4, 4)
+        self.decoder = nn.Linear(4, 4)
+        self.decoder.weight = self.encoder.weight
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.decoder(torch.relu(self.encoder(x)))
+
+
+def _seeded(build: Callable, seed: int):
+    generator_state = torch.get_rng_state()
+    torch.manual_seed(seed)
+    made = build()
+    torch.set_rng_state(generator_state)
+    return made
+
+
+def _second_device(device: torch.device) -> torch.device:
+    return torch.device("meta") if device.type == "cpu" else device
+
+
+def _first_error_line(error: BaseException) -> str:
+    return " ".join(str(error).split()).split(". ")[0][:160]
+
+
+def _cuda_asked(error: BaseException) -> bool:
+    text = str(error)
+    return "pin_memory=True requires a CUDA" in text or "Torch not compiled with CUDA" in text \
+        or "Found no NVIDIA driver" in text
+
+
+@contextmanager
+def _to_empty_shows_its_junk():
+    """Make ``Module.to_empty`` fill what it allocates with NaN while the learner's code runs.
+
+    to_empty leaves whatever bytes the allocator hands back, and those can be a just-freed copy
+    of the very weights the check saved; NaN makes "not the weights" visible every time.
     """
-    torch.manual_seed(0)
-    return nn.Sequential(nn.Linear(6, 10), nn.ReLU(), nn.Linear(10, 3))
+    real_to_empty = nn.Module.to_empty
 
-
-# --- a GPU machine, simulated ----------------------------------------------------------------
-
-#: How long a check waits for a learner's function that runs in this process (exercises 1
-#: and 2 take milliseconds; exercise 4, which reads a checkpoint, gets twice as long).
-CALL_LIMIT_S = 4.0
-
-#: Calls that, made before set_device, act for (or answer about) GPU 0, the current GPU
-#: until set_device runs; each with what it then does wrong. From PyTorch's source:
-#: torch/cuda/random.py queues manual_seed, seed and set_rng_state (``_lazy_call``) until
-#: CUDA initialises, then runs them on ``current_device()``; ``torch.cuda.set_device``
-#: initialises CUDA (``device_lazy_init`` in torch/csrc/cuda/Module.cpp) *before* it switches
-#: GPU, so the queued call runs while GPU 0 is current. The others read or act on the
-#: current device when given none.
-_QUEUED = ("it is queued until CUDA initialises, and set_device initialises CUDA before it "
-           "switches GPU, so it runs while GPU 0 is current: it seeds cuda:0's generator, "
-           "not this process's cuda:1's")
-_ANSWERS_FOR_0 = "with no device given it answers for the current GPU, still GPU 0, not cuda:1"
-_ACTS_ON_0 = "with no device given it acts on the current GPU, still GPU 0, not cuda:1"
-_TOUCHES = {
-    "manual_seed": _QUEUED, "seed": _QUEUED, "set_rng_state": _QUEUED,
-    "get_rng_state": _ANSWERS_FOR_0, "initial_seed": _ANSWERS_FOR_0,
-    "current_device": "it answers 0: GPU 0 is the current GPU until set_device runs",
-    "init": "it initialises CUDA while GPU 0 is current, so a seed queued before it lands there",
-    "get_device_name": _ANSWERS_FOR_0, "get_device_properties": _ANSWERS_FOR_0,
-    "mem_get_info": _ANSWERS_FOR_0, "memory_allocated": _ANSWERS_FOR_0,
-    "synchronize": _ACTS_ON_0, "empty_cache": _ACTS_ON_0,
-}
-#: The same for torch.accelerator (PyTorch 2.6 and later), which a learner may use instead.
-_ACCELERATOR_TOUCHES = {
-    "current_device_index": _TOUCHES["current_device"],
-    "current_device_idx": _TOUCHES["current_device"],
-    "synchronize": _ACTS_ON_0, "empty_cache": _ACTS_ON_0,
-    "memory_allocated": _ANSWERS_FOR_0, "get_memory_info": _ANSWERS_FOR_0,
-}
-
-
-class _Forbidden(BaseException):
-    """Raised into the learner's code by a simulated call that must not go on (a
-    BaseException, so that ``except Exception`` in their code does not swallow it)."""
-
-
-def _attempt_within(exercise: str, function: Callable, *args,
-                    limit_s: float | None = None) -> tuple[object, Feedback | None, bool]:
-    """:func:`attempt_within` with lab 08's limit (:data:`CALL_LIMIT_S` unless given) and
-    :class:`_Forbidden` as the check's stop: return (result, problem, stopped)."""
-    return attempt_within(exercise, function, *args,
-                          limit_s=CALL_LIMIT_S if limit_s is None else limit_s,
-                          stop=(_Forbidden,),
-                          hang=". Something in it waits for ever (a loop, a sleep, a process "
-                               "group or a barrier): it only needs to compute and return")
-
-
-def _recorder(calls: list[tuple[str, object]], name: str, result: object = 0) -> Callable:
-    def record(*args, **kwargs):
-        calls.append((name, args[0] if len(args) == 1 else args))
+    def to_empty(module, *args, **kwargs):
+        result = real_to_empty(module, *args, **kwargs)
+        with torch.no_grad():
+            for tensor in [*module.parameters(), *module.buffers()]:
+                if tensor.is_floating_point() and not tensor.is_meta:
+                    tensor.fill_(float("nan"))
         return result
-    return record
 
-
-def _refuse_process_group(calls: list[tuple[str, object]]) -> Callable:
-    def init_process_group(*args, **kwargs):
-        calls.append(("init_process_group", kwargs.get("backend", args[0] if args else None)))
-        raise _Forbidden
-    return init_process_group
-
-
-@contextlib.contextmanager
-def _fake_gpu_machine(gpus: int = 4) -> Iterator[list[tuple[str, object]]]:
-    """torch.cuda and torch.accelerator as on a machine with ``gpus`` GPUs, torchrun's
-    variables as on its second machine; yields the calls made, in order.
-
-    ``init_process_group`` is refused (recorded, then the function is stopped): on this
-    simulated machine there is no cluster to join, and the exercise's function only chooses.
-    """
-    import torch.distributed as dist
-
-    calls: list[tuple[str, object]] = []
-
-    def set_device(device) -> None:
-        if isinstance(device, str) and _index(device) is None:
-            calls.append(("set_device", device))
-            raise RuntimeError(f"Invalid device string: {device!r}")  # what PyTorch raises
-        calls.append(("set_device", device))
-
-    def current_device() -> int:  # as on a real machine: the index set_device chose
-        calls.append(("current_device", ()))
-        chosen = [_index(d) for name, d in calls if name == "set_device"]
-        return chosen[-1] if chosen and chosen[-1] is not None else 0
-
-    patches = [mock.patch.object(torch.cuda, "is_available", lambda: True),
-               mock.patch.object(torch.cuda, "device_count", lambda: gpus),
-               mock.patch.object(torch.cuda, "set_device", set_device),
-               mock.patch.object(torch.cuda, "current_device", current_device),
-               mock.patch.object(dist, "init_process_group", _refuse_process_group(calls))]
-    for name in _TOUCHES:
-        if name != "current_device" and hasattr(torch.cuda, name):
-            patches.append(mock.patch.object(torch.cuda, name, _recorder(calls, name)))
-    answers = {"is_available": lambda: True, "device_count": lambda: gpus,
-               "current_accelerator": lambda *a, **k: torch.device("cuda"),
-               "set_device_index": set_device, "set_device_idx": set_device,
-               "current_device_index": current_device, "current_device_idx": current_device}
-    answers.update({name: _recorder(calls, f"accelerator.{name}")
-                    for name in _ACCELERATOR_TOUCHES if name not in answers})
-    with _simulated(patches, answers):
-        yield calls
-
-
-@contextlib.contextmanager
-def _simulated(patches: list, accelerator_answers: dict) -> Iterator[None]:
-    """Apply ``patches``, and ``accelerator_answers`` to torch.accelerator (PyTorch 2.6 and
-    later), with torchrun's variables set and LESSONS_DEVICE unset; undo it all after."""
-    accelerator = getattr(torch, "accelerator", None)
-    if accelerator is not None:
-        patches = patches + [mock.patch.object(accelerator, name, value)
-                             for name, value in accelerator_answers.items()
-                             if hasattr(accelerator, name)]
-    with contextlib.ExitStack() as stack:
-        for patch in patches:
-            stack.enter_context(patch)
-        stack.enter_context(mock.patch.dict(os.environ, CLUSTER_ENV))
-        os.environ.pop("LESSONS_DEVICE", None)  # restored with the rest of the environment
+    with mock.patch.object(nn.Module, "to_empty", to_empty):
         yield
 
 
-@contextlib.contextmanager
-def _machine_without_gpu() -> Iterator[list[tuple[str, object]]]:
-    """torch.cuda and torch.accelerator as on a machine with no GPU, torchrun's variables
-    set; ``set_device`` fails as it does there. Yields the calls made."""
-    import torch.distributed as dist
-
-    calls: list[tuple[str, object]] = []
-
-    def set_device(device) -> None:
-        calls.append(("set_device", device))
-        raise _Forbidden
-
-    patches = [mock.patch.object(torch.cuda, "is_available", lambda: False),
-               mock.patch.object(torch.cuda, "device_count", lambda: 0),
-               mock.patch.object(torch.cuda, "set_device", set_device),
-               mock.patch.object(dist, "init_process_group", _refuse_process_group(calls))]
-    answers = {"is_available": lambda: False, "device_count": lambda: 0,
-               "current_accelerator": lambda *a, **k: None,
-               "set_device_index": set_device, "set_device_idx": set_device}
-    with _simulated(patches, answers):
-        yield calls
-
-
-def _index(value: object) -> int | None:
-    """The device index a set_device argument names (an int, 'cuda:1', a torch.device)."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    with contextlib.suppress(RuntimeError, TypeError, ValueError):
-        return torch.device(value).index
-    return None
-
-
-def _as_device(value: object) -> torch.device | None:
-    """``value`` as a torch.device when it is one or a device string; None otherwise."""
-    if isinstance(value, torch.device):
-        return value
-    if isinstance(value, str):
-        with contextlib.suppress(RuntimeError, TypeError, ValueError):
-            return torch.device(value)
-    return None
-
-
-def _not_a_device(exercise: str, value: object, what: str) -> Feedback:
-    """The message for a value that should have been a device and is not."""
-    if isinstance(value, str) and _as_device(value.lower()) is not None:
-        return Feedback(exercise, FAILED, f"{what} {value!r}, which PyTorch does not know: "
-                                          f"device names are lower case, {value.lower()!r}.")
-    if isinstance(value, int) and not isinstance(value, bool):
-        return Feedback(exercise, FAILED, f"{what} the number {value!r}; return a torch.device, "
-                                          f"such as torch.device('cuda', {value}).")
-    return Feedback(exercise, FAILED, f"{what} {value!r}, which is not a device: return a "
-                                      "torch.device, such as torch.device('cpu').")
-
-
-def _setup_problem(exercise: str, calls: list[tuple[str, object]],
-                   problem: Feedback | None, where: str) -> Feedback | None:
-    """What stopped setup_device on the simulated machine ``where``, or None."""
-    if any(name == "init_process_group" for name, _ in calls):
-        backend = next(b for name, b in calls if name == "init_process_group")
-        return Feedback(exercise, FAILED,
-                        f"your function called init_process_group({backend!r}). setup_device "
-                        "should only choose: it returns (backend, device), and the script "
-                        "passes that backend to dist.init_process_group itself, once.")
-    if problem is None:
-        return None
-    if "not compiled with CUDA" in problem.message:
-        return Feedback(exercise, FAILED,
-                        "your function created a tensor on the GPU. It only needs to pick "
-                        "the device and call set_device; make tensors after it returns.")
-    if "has not been initialized" in problem.message or "Default process group" in problem.message:
-        return Feedback(exercise, FAILED,
-                        "your function asked the process group (dist.get_rank() or similar), "
-                        "which does not exist yet: setup_device runs before "
-                        "init_process_group. Read int(os.environ['LOCAL_RANK']) instead.")
-    if "Invalid device string" in problem.message:
-        bad = next((d for name, d in calls if name == "set_device"), None)
-        return Feedback(exercise, FAILED,
-                        f"{where} torch.cuda.set_device({bad!r}) fails: {bad!r} is a string "
-                        "from os.environ, not a device. Convert it: "
-                        "torch.cuda.set_device(int(os.environ['LOCAL_RANK'])).")
-    return problem
+# --- Exercise 1: a tokenizer's batch --------------------------------------------------------
 
 
 @graded
-def check_setup_device(setup_device: Callable) -> Feedback:
-    """Exercise 08.1: ``setup_device()`` returns ``(backend, device)`` for this process.
+def check_move_batch(move_batch: Callable, device: str | torch.device) -> Feedback:
+    """Exercise 08.1: ``move_batch(batch, device)`` returns the batch, every tensor on ``device``.
 
-    Run twice: on a simulated GPU machine where torchrun set ``RANK=5, LOCAL_RANK=1`` (the
-    second process on the second machine of a 2 x 4-GPU job): there it must call
-    ``torch.cuda.set_device(1)`` (or ``torch.accelerator.set_device_index(1)``) before any
-    other CUDA call and return ``("nccl", cuda:1)``; then on a simulated machine without a
-    GPU, where it must return ``("gloo", cpu)`` without calling set_device. Each run has a
-    time limit; ``init_process_group`` is refused (the function only chooses).
-    Introduced in lab 08_many_devices.
+    Runs it on a tokenizer's ``BatchEncoding`` (input_ids, token_type_ids, attention_mask),
+    moved to ``device`` and to the second device. Catches: a tensor moved by attribute
+    (``batch.input_ids = ...``), one key moved and the others left, ``.to`` results thrown
+    away, the device argument ignored, the token ids cast to float, a list or one tensor
+    returned, nothing returned. Introduced in lab 08_libraries.
     """
     exercise = "Exercise 1"
-    problem = not_a_function(exercise, setup_device)
+    problem = not_a_function(exercise, move_batch)
     if problem is not None:
         return problem
-    if is_unattempted(setup_device):
-        return not_attempted(exercise)
-    with _fake_gpu_machine() as calls:
-        result, problem, _ = _attempt_within(exercise, setup_device)
-    on_gpus = "on a machine with 4 GPUs"
-    problem = _setup_problem(exercise, calls, problem, "on a GPU machine")
-    if problem is not None:
-        return problem
-    if not (isinstance(result, tuple) and len(result) == 2):
-        return Feedback(exercise, FAILED, f"setup_device() returned {result!r}; return a pair "
-                                          "(backend, device), such as ('nccl', device).")
-    backend, raw_device = result
-    device = _as_device(raw_device)
-    if device is None:
-        return _not_a_device(exercise, raw_device, f"{on_gpus} setup_device() returned")
-    set_calls = [i for i, (name, _) in enumerate(calls) if name == "set_device"]
-    local_rank = int(CLUSTER_ENV["LOCAL_RANK"])
-    if device.type != "cuda":
-        return Feedback(exercise, FAILED,
-                        f"{on_gpus} your function chose {device}. Use 'cuda:LOCAL_RANK' when "
-                        "torch.cuda.is_available().")
-    if device.index == int(CLUSTER_ENV["RANK"]):
-        return Feedback(exercise, FAILED,
-                        "with RANK=5 and LOCAL_RANK=1 you chose cuda:5, which does not exist on "
-                        "a 4-GPU machine. RANK counts processes across all machines; the GPU "
-                        "index on this machine is LOCAL_RANK.")
-    if device.index not in (None, local_rank):
-        return Feedback(exercise, FAILED, f"the process with LOCAL_RANK=1 chose {device}. "
-                                          "Its GPU is cuda:LOCAL_RANK, read from the environment.")
-    if not set_calls:
-        return Feedback(exercise, FAILED,
-                        "torch.cuda.set_device(local_rank) was not called. Without it this "
-                        "process's current GPU stays GPU 0: 'cuda' tensors, and every CUDA call "
-                        "that names no device, go there, in every process. Call it first.")
-    chosen = calls[set_calls[0]][1]
-    if _index(chosen) != local_rank:
-        return Feedback(exercise, FAILED,
-                        f"you called set_device({chosen!r}), but this process's GPU is "
-                        "cuda:1 (LOCAL_RANK): pass the same local rank as the device you return.")
-    if set_calls[0] > 0:
-        first = calls[0][0]
-        table = _ACCELERATOR_TOUCHES if first.startswith("accelerator.") else _TOUCHES
-        why = table.get(first.removeprefix("accelerator."), _ANSWERS_FOR_0)
-        module = "torch" if first.startswith("accelerator.") else "torch.cuda"
-        return Feedback(exercise, FAILED,
-                        f"{module}.{first}() ran before set_device, and {why}. Call "
-                        "set_device(local_rank) first, before anything else touches CUDA.")
-    if device.index is None:
-        return Feedback(exercise, FAILED,
-                        "you returned the bare device 'cuda'. Name the GPU: "
-                        "torch.device('cuda', local_rank), so that DDP's device_ids and "
-                        "map_location can use it.")
-    if backend != "nccl":
-        return Feedback(exercise, FAILED, f"{on_gpus} you chose the backend {backend!r}; the "
-                                          "GPU backend is 'nccl' (gloo is for CPU tensors).")
-    with _machine_without_gpu() as calls:
-        result, problem, stopped = _attempt_within(exercise, setup_device)
-    if stopped and any(name == "set_device" for name, _ in calls):
-        return Feedback(exercise, FAILED,
-                        "on a machine without a GPU your function called set_device, which "
-                        "fails there (there is no GPU to select): test "
-                        "torch.cuda.is_available() first, and call set_device only when it is "
-                        "true.")
-    problem = _setup_problem(exercise, calls, problem, "without a GPU")
-    if problem is not None:
-        return problem
-    no_gpu = "on a machine without a GPU setup_device() returned"
-    if not (isinstance(result, tuple) and len(result) == 2):
-        return Feedback(exercise, FAILED, f"{no_gpu} {result!r}; it should be ('gloo', cpu).")
-    device = _as_device(result[1])
-    if device is None:
-        return _not_a_device(exercise, result[1], no_gpu)
-    if result[0] != "gloo" or device.type != "cpu":
-        return Feedback(exercise, FAILED, f"{no_gpu} {result!r}; it should be ('gloo', cpu): "
-                                          "nccl needs GPUs, gloo works on the CPU.")
-    return Feedback(exercise, PASSED, "set_device(LOCAL_RANK) first, then nccl and "
-                                      "cuda:LOCAL_RANK; gloo and the CPU without a GPU.")
-
-
-# --- exercise 2: a rank-aware load -------------------------------------------------------------
-
-def _resolve(map_location: object, saved: str = "cuda:0") -> str:
-    """Where ``map_location`` sends a storage saved on ``saved``: a device string,
-    'callable', or 'invalid: <value>' for a value that is not a device."""
-    if map_location is None:
-        return saved
-    if isinstance(map_location, dict):
-        target = map_location.get(saved, saved)
-        device = _as_device(target) if not isinstance(target, torch.device) else target
-        return str(device) if device is not None else f"invalid: {target!r}"
-    if callable(map_location):
-        return "callable"
-    device = _as_device(map_location)
-    return str(device) if device is not None else f"invalid: {map_location!r}"
-
-
-@graded
-def check_rank_aware_load(load_for_this_rank: Callable, folder: str = "scratch_lab08") -> Feedback:
-    """Exercise 08.2: ``load_for_this_rank(path, device)`` loads onto this process's device.
-
-    The file is tagged ``cuda:0``, as a GPU run saves it. On the simulated GPU machine
-    (``LOCAL_RANK=1``, ``device=cuda:1``) the check only records the ``map_location`` given
-    to ``torch.load`` (then stops the function: there is no GPU here to move tensors to); it
-    must send the file to ``cuda:1`` or the CPU, never GPU 0. On this machine
-    (``device=cpu``) the function must really load it, safely. Introduced in lab
-    08_many_devices.
-    """
-    from utils.checkpoints import save_as_if_on
-
-    exercise = "Exercise 2"
-    problem = not_a_function(exercise, load_for_this_rank)
-    if problem is not None:
-        return problem
-    os.makedirs(folder, exist_ok=True)
-    path = os.path.join(folder, "start.pt")
-    expected = fresh_model().state_dict()
-    save_as_if_on({"model": expected, "epoch": 3}, path, "cuda:0")
-    seen: list[dict] = []
-
-    def recording_load(f, *args, **kwargs):
-        seen.append({"map_location": kwargs.get("map_location", args[0] if args else None),
-                     "weights_only": kwargs.get("weights_only", True)})
-        raise _Forbidden  # seen what it needs: the rest would move tensors to a GPU
-
-    with _fake_gpu_machine(), mock.patch.object(torch, "load", recording_load), \
-            mock.patch.object(torch.serialization, "load", recording_load):
-        _, problem, _ = _attempt_within(exercise, load_for_this_rank, path,
-                                        torch.device("cuda", 1))
-    if problem is not None and not seen:
-        if "UnpicklingError" in problem.message:
-            return Feedback(exercise, FAILED, "your function did not call torch.load, and "
-                                              "pickle.load cannot read the file "
-                                              f"({problem.message.split('`')[1]}): a checkpoint "
-                                              "holds tensors in torch.save's format. Use "
-                                              "torch.load(path, map_location=device).")
-        return problem
-    if not seen:
-        return Feedback(exercise, FAILED, "your function did not call torch.load.")
-    call = seen[0]
-    if call["weights_only"] is False:
-        return Feedback(exercise, FAILED, "weights_only=False runs any code in the file. A "
-                                          "checkpoint of tensors loads with the default, "
-                                          "weights_only=True.")
-    target = _resolve(call["map_location"])
-    if target.startswith("invalid: "):
-        value = target.removeprefix("invalid: ")
-        lower = value.lower()
-        hint = (f" Device names are lower case: {lower}." if _as_device(lower.strip("'\""))
-                else " Use map_location=device, the device passed in.")
-        return Feedback(exercise, FAILED, f"map_location={call['map_location']!r} sends the "
-                                          f"tensors to {value}, which is not a device.{hint}")
-    if target == "cuda:0":
-        which = "no map_location" if call["map_location"] is None else \
-            f"map_location={call['map_location']!r}"
-        return Feedback(exercise, FAILED,
-                        f"with {which}, the process whose GPU is cuda:1 loads the file onto "
-                        "cuda:0, and so does every other process: GPU 0 gets one copy per "
-                        "process and runs out of memory. Use map_location=device (this "
-                        "process's own GPU) or 'cpu'.")
-    if target == f"cuda:{CLUSTER_ENV['RANK']}":
-        return Feedback(exercise, FAILED, "you mapped to cuda:RANK (cuda:5), which does not "
-                                          "exist on a 4-GPU machine: use the device passed in "
-                                          "(cuda:LOCAL_RANK).")
-    if target == "cuda":
-        return Feedback(exercise, FAILED, "map_location='cuda' means the current GPU, which is "
-                                          "this process's own only if set_device ran before; "
-                                          "pass the device you were given: "
-                                          "map_location=device.")
-    if target not in ("cuda:1", "cpu", "callable"):
-        return Feedback(exercise, FAILED, f"the file would load onto {target}; this process's "
-                                          "device is cuda:1.")
-    with mock.patch.dict(os.environ, CLUSTER_ENV):  # launched by torchrun, here too
-        loaded, problem, _ = _attempt_within(exercise, load_for_this_rank, path,
-                                             torch.device("cpu"))
-    if problem is not None:
-        return problem
-    if loaded is None:
-        return Feedback(exercise, FAILED, "your function returned None: return what torch.load "
-                                          "gave you (`return torch.load(...)`).")
-    model = loaded.get("model") if isinstance(loaded, dict) else None
-    if not isinstance(model, dict) or set(model) != set(expected):
-        return Feedback(exercise, FAILED, "return the whole loaded checkpoint (a dict with "
-                                          "'model' and 'epoch').")
-    if any(not isinstance(t, torch.Tensor) or t.device.type != "cpu"
-           or not torch.equal(t, expected[k]) for k, t in model.items()):
-        return Feedback(exercise, FAILED, "on this machine the tensors should arrive on the CPU "
-                                          "with the saved values.")
-    return Feedback(exercise, PASSED, "every process loads onto its own device or the CPU, "
-                                      "never all onto GPU 0.")
-
-
-# --- exercise 3: run for real under torchrun ------------------------------------------------------
-
-#: How long a barrier in the learner's function waits for the other rank, beyond rank 0's slow
-#: save, before the check says who never came (a real barrier would wait until its timeout).
-BARRIER_GRACE_S = 2.0
-#: The time limit of one launch of the worker script (torchrun and both processes).
-LAUNCH_LIMIT_S = 60.0
-
-_HARNESS = """\
-{imports}
-import json
-import pathlib
-import sys
-
-from labchecks.lab08 import fresh_model
-from utils.distributed import process_group
-
-{sources}
-
-folder = sys.argv[1]
-slows = [float(s) for s in sys.argv[2].split(",") if s]
-grace_s = float(sys.argv[3])
-collective_s = float(sys.argv[5]) if len(sys.argv) > 5 else 12.0
-real = {{"barrier": dist.barrier, "monitored_barrier": dist.monitored_barrier,
-         "sleep": time.sleep, "exists": os.path.exists, "isfile": os.path.isfile,
-         "path_exists": pathlib.Path.exists, "save": torch.save, "dcp_save": dcp.save}}
-
-
-def first_line(error):
-    text = str(error).strip()
-    return type(error).__name__ + (": " + text.splitlines()[0][:200] if text else "")
-
-
-with process_group(timeout_s=grace_s + max(slows, default=0) + collective_s) as me:
-    store = dist.distributed_c10d._get_default_store()
-
-    def meet(key, limit_s):  # a barrier through the store, that gives up after limit_s
-        store.add(key, 1)
-        deadline = time.monotonic() + limit_s
-        while store.add(key, 0) < me.world_size:
-            if time.monotonic() > deadline:
-                return False
-            real["sleep"](0.01)
-        return True
-
-    for index, function in enumerate([{names}]):
-        here = os.path.join(folder, f"candidate_{{index}}")
-        path = os.path.join(here, "trained.pt")
-        seen = {{"candidate": index, "rank": me.rank, "barriers": 0, "gave_up": False,
-                 "slept": 0.0, "polls": 0, "saves": [], "dcp": False, "error": None}}
-
-        def barrier(*args, **kwargs):
-            number = seen["barriers"]
-            seen["barriers"] += 1
-            # rank 0 is the slow one (its save); the other rank may wait for that save too
-            limit_s = grace_s if me.rank == 0 else slows[index] + grace_s
-            if not meet(f"c{{index}}/barrier{{number}}", limit_s):
-                seen["gave_up"] = True
-                raise RuntimeError("the barrier timed out: the other rank never reached it")
-
-        def save(obj, f, *args, **kwargs):
-            name = f if isinstance(f, (str, os.PathLike)) else getattr(f, "name", None)
-            seen["saves"].append({{"file": os.path.basename(str(name)) if name else None,
-                                   "module": isinstance(obj, nn.Module),
-                                   "type": type(obj).__name__}})
-            if me.rank == 0:
-                real["sleep"](slows[index])  # a slow disk: a reader that does not wait sees no file
-            return real["save"](obj, f, *args, **kwargs)
-
-        def dcp_save(*args, **kwargs):
-            seen["dcp"] = True
-            return real["dcp_save"](*args, **kwargs)
-
-        def sleep(seconds):
-            seen["slept"] += float(seconds)
-            real["sleep"](seconds)
-
-        def polled(real_function):
-            def look(target, *args, **kwargs):
-                seen["polls"] += 1
-                return real_function(target, *args, **kwargs)
-            return look
-
-        model = fresh_model().to(me.device)
-        ddp = DDP(model, device_ids=[me.local_rank] if me.device.type == "cuda" else None)
-        dist.barrier = dist.monitored_barrier = barrier
-        torch.save, dcp.save, time.sleep = save, dcp_save, sleep
-        os.path.exists, os.path.isfile = polled(real["exists"]), polled(real["isfile"])
-        pathlib.Path.exists = polled(real["path_exists"])
-        try:
-            function(ddp, path)
-        except Exception as error:
-            seen["error"] = first_line(error)
-        finally:
-            dist.barrier, dist.monitored_barrier = real["barrier"], real["monitored_barrier"]
-            torch.save, dcp.save, time.sleep = real["save"], real["dcp_save"], real["sleep"]
-            os.path.exists, os.path.isfile = real["exists"], real["isfile"]
-            pathlib.Path.exists = real["path_exists"]
-        seen["found"] = os.path.isfile(path)  # the moment the function returned
-        try:
-            keys = list(torch.load(path, map_location="cpu", weights_only=True)) \\
-                if seen["found"] else []
-        except Exception as error:
-            keys = [f"unreadable: {{type(error).__name__}}"]
-        seen["keys"] = [str(k) for k in keys][:20]
-        meet(f"c{{index}}/end", 2 * slows[index] + 2 * grace_s + 10)  # both done, then report
-        seen["files"] = sorted(os.listdir(here))
-        print("RESULT " + json.dumps(seen), flush=True)
-    if sys.argv[4] == "shard":
-        from torch.distributed.device_mesh import init_device_mesh
-        from torch.distributed.fsdp import fully_shard
-
-        mesh = init_device_mesh(me.device.type, (me.world_size,))
-        sharded = fresh_model().to(me.device)
-        for module in (sharded[0], sharded[2], sharded):
-            fully_shard(module, mesh=mesh)
-        dcp.save({{"model": get_model_state_dict(sharded)}},
-                 checkpoint_id=os.path.join(folder, "sharded"))
-"""
-
-
-def _renamed_source(function: Callable, name: str) -> str:
-    """The source of ``function``, its ``def`` renamed to ``name`` (comments dropped)."""
-    tree = ast.parse(textwrap.dedent(inspect.getsource(function)))
-    tree.body[0].name = name
-    tree.body[0].decorator_list = []
-    return ast.unparse(tree)
-
-
-def _run_workers(folder: Path, functions: list[Callable], slow_s: float | Sequence[float] = 1.5,
-                 timeout_s: float = LAUNCH_LIMIT_S, shard: bool = True,
-                 collective_s: float = 12.0) -> dict[int, str]:
-    """Run the worker script on 2 processes with each function in turn; return the outputs.
-
-    With ``shard``, the processes then write the sharded checkpoint exercise 4 loads.
-    """
-    import shutil
-
-    from utils.distributed import torchrun
-
-    shutil.rmtree(folder, ignore_errors=True)
-    folder.mkdir(parents=True)
-    names = [f"_candidate_{index}" for index in range(len(functions))]
-    for index in range(len(functions)):
-        (folder / f"candidate_{index}").mkdir()
-    sources = "\n\n".join(_renamed_source(f, n) for f, n in zip(functions, names, strict=True))
-    script = folder / "lab08_worker.py"
-    script.write_text(_HARNESS.format(imports=WORKER_IMPORTS, sources=sources,
-                                      names=", ".join(names)))
-    slows = [slow_s] * len(functions) if isinstance(slow_s, (int, float)) else list(slow_s)
-    if len(slows) != len(functions):
-        raise ValueError(f"{len(slows)} values of slow_s for {len(functions)} functions")
-    return torchrun(script, nproc=2, args=[str(folder), ",".join(map(str, slows)),
-                                           str(BARRIER_GRACE_S), "shard" if shard else "no",
-                                           str(collective_s)],
-                    timeout_s=timeout_s, quiet=True)
-
-
-def _ranks(ranks: list[int]) -> str:
-    return " and ".join(f"rank {r}" for r in ranks)
-
-
-def _judge_save(index: int, results: dict[int, dict]) -> Feedback:
-    """Exercise 3's verdict for candidate ``index``, from what the two ranks reported."""
-    exercise = "Exercise 3"
-    if len(results) != 2:
-        return Feedback(exercise, FAILED, "the worker script did not finish on both ranks.")
-    errors = {rank: r["error"] for rank, r in results.items()
-              if r["error"] and not r["gave_up"]}  # not the check's own barrier timing out
-    if any(e == "NotImplementedError" for e in errors.values()):
-        return not_attempted(exercise)
-    if errors:
-        rank, error = sorted(errors.items())[0]
-        if error.startswith("NameError"):
-            return Feedback(exercise, FAILED,
-                            f"on rank {rank} your function raised `{error}`: it runs in a "
-                            "worker script, which gives it only the names the lab lists (os, "
-                            "time, torch, dist, dcp, nn, get_model_state_dict, DDP, utils). "
-                            "Import or define anything else inside the function.")
-        return Feedback(exercise, FAILED, f"on rank {rank} your function raised `{error}`. "
-                                          "Fix that line, run its cell, then this check again.")
-    barriers = {rank: r["barriers"] for rank, r in results.items()}
-    if len(set(barriers.values())) > 1:
-        called = [rank for rank, n in barriers.items() if n == max(barriers.values())]
-        missing = [rank for rank, n in barriers.items() if n < max(barriers.values())]
-        where = ("A barrier inside `if rank == 0:`" if called == [0] else
-                 "A barrier only on the ranks that do not save (in the `else`)")
-        return Feedback(exercise, FAILED,
-                        f"{_ranks(called)} called dist.barrier() and {_ranks(missing)} did not, "
-                        "so the barrier waited for a rank that never came (here the check gave "
-                        "up after a few seconds; a real job hangs until the process group's "
-                        f"timeout). {where} does this: call it on every rank, after the `if`.")
-    savers = sorted(rank for rank, r in results.items() if r["saves"])
-    if results[0]["dcp"] or results[1]["dcp"]:
-        return Feedback(exercise, FAILED,
-                        "you saved with dcp.save: that writes a folder of shards, one file per "
-                        "rank, for dcp.load. This exercise wants one file at `path` that "
-                        "torch.load and a plain model can read: torch.save on rank 0.")
-    if not savers:
-        return Feedback(exercise, FAILED, "no rank called torch.save (utils.save_atomic "
-                                          "counts too): rank 0 should save.")
-    files = [f for f in results[0]["files"] if not f.startswith(".")]
-    if savers == [0, 1] and len(files) > 1:
-        return Feedback(exercise, FAILED,
-                        f"each rank saved a file of its own ({', '.join(files)}). Every rank "
-                        "holds the same weights: one file, from rank 0, at `path`, is all a "
-                        "reader needs.")
-    if savers == [0, 1]:
-        return Feedback(exercise, FAILED,
-                        "ranks 0 and 1 both saved to the same path. Their writes overwrite "
-                        "each other and a reader can meet a half-written file. Every rank holds "
-                        "the same weights: save only on rank 0 (dist.get_rank() == 0).")
-    if savers != [0]:
-        return Feedback(exercise, FAILED, f"only {_ranks(savers)} saved. By convention rank 0 "
-                                          "writes (dist.get_rank() == 0): it always exists, "
-                                          "whatever the number of processes.")
-    saved = results[0]["saves"][-1]
-    if saved["module"]:
-        return Feedback(exercise, FAILED,
-                        f"rank 0 saved the module itself (a {saved['type']}): torch.save then "
-                        "pickles its class, and the safe loader (weights_only=True) refuses the "
-                        "file. Save its state dict: ddp.module.state_dict().")
-    if "trained.pt" not in files:
-        return Feedback(exercise, FAILED, f"rank 0 saved to {saved['file']!r}, not to `path`: "
-                                          "write the file at the path you were given.")
-    keys = results[0]["keys"]
-    if any(str(k).startswith("module.") for k in keys):
-        return Feedback(exercise, FAILED,
-                        "the saved keys start with 'module.' (e.g. "
-                        f"{keys[0]!r}): that is ddp.state_dict(), the wrapper's. A plain model "
-                        "cannot load it. Save ddp.module.state_dict() or "
-                        "get_model_state_dict(ddp).")
-    reader = results[1]
-    if barriers[1] == 0 and reader["polls"] > 0:
-        return Feedback(exercise, FAILED,
-                        "rank 1 polled for the file (os.path.exists or similar) instead of "
-                        "waiting at a barrier: a file exists as soon as rank 0 starts writing "
-                        "it, so rank 1 can read half of it, and the poll never ends if rank 0 "
-                        "fails. Call dist.barrier() after the save, on every rank.")
-    if barriers[1] == 0 and reader["slept"] > 0:
-        return Feedback(exercise, FAILED,
-                        f"rank 1 waited with time.sleep ({reader['slept']:g} s in all) instead "
-                        "of a barrier: a guess, too short on a slower disk and wasted on a "
-                        "fast one. dist.barrier() after the save, on every rank, waits exactly "
-                        "as long as rank 0 needs.")
-    if barriers[1] and (not reader["found"]
-                        or any(str(k).startswith("unreadable") for k in reader["keys"])):
-        return Feedback(exercise, FAILED,
-                        "every rank reached the barrier, but rank 1 still found no finished "
-                        "file when your function returned: the barrier came before rank 0's "
-                        "save. Put dist.barrier() after the save (and after the `if`).")
-    if not reader["found"] or any(str(k).startswith("unreadable") for k in reader["keys"]):
-        return Feedback(exercise, FAILED,
-                        "rank 1 returned from your function before rank 0 had finished writing, "
-                        "so it found no file (or half of one). Make every rank wait at "
-                        "dist.barrier() after the save, outside the `if`.")
-    if sorted(keys) != sorted(fresh_model().state_dict()):
-        return Feedback(exercise, FAILED, f"the file holds {keys}; save the model's state dict "
-                                          "(keys like '0.weight').")
-    waited = "a barrier that every rank reaches" if barriers[1] else "every rank waiting"
-    return Feedback(exercise, PASSED, f"one writer (rank 0), plain keys, and {waited} before "
-                                      "anyone reads.")
-
-
-def _plain_failure(text: str) -> str:
-    """The one line of a worker's failure a learner can use: the last ``SomeError: ...``
-    line, without C++ file paths; '' when there is none."""
-    import re
-
-    lines = [line.strip() for line in text.splitlines()
-             if re.match(r"^[\w.]*(Error|Exception|Interrupt)\b", line.strip())]
-    if not lines:
-        return ""
-    line = re.sub(r"\s*\(?\S+\.(cpp|cc|h):\d+\)?.*$", "", lines[-1])
-    line = re.sub(r"\[\S+\.(cpp|cc|h):\d+\]", "", line).strip()
-    return line if len(line) <= 200 else line[:197].rstrip() + "..."
-
-
-def judge_saves(functions: list[Callable], folder: str = "scratch_lab08",
-                slow_s: float | Sequence[float] = 1.5,
-                timeout_s: float = LAUNCH_LIMIT_S, shard: bool = False,
-                collective_s: float = 12.0) -> list[Feedback]:
-    """Exercise 3's verdict for each of ``functions``, all run in one 2-process launch.
-
-    What :func:`check_save_on_rank_zero` does for one function; the tests use it to try a
-    table of answers for the price of one launch. The learner's ``dist.barrier`` is the
-    check's own (through the process group's store, with a time limit), so a barrier only
-    one rank reaches is reported, not waited on; a launch that fails or hangs anyway gives
-    every function the same verdict. ``slow_s`` is how long rank 0's ``torch.save`` sleeps
-    first (what makes a missing barrier show): one number, or one per function. With
-    ``shard``, the processes then also write the sharded checkpoint exercise 4 loads (the
-    tests use it to share one launch). ``collective_s`` is how long a collective waits for a
-    rank that never comes before the process group gives up (the tests shorten it).
-    Introduced in lab 08_many_devices.
-    """
-    from utils.distributed import WorkerFailed, child_stderr
-
-    exercise = "Exercise 3"
-    folder_path = Path(folder)
+    tokenizer = tiny_tokenizer()
+    device = torch.device(device)
     try:
-        with contextlib.redirect_stdout(io.StringIO()), child_stderr():
-            outputs = _run_workers(folder_path, functions, slow_s, timeout_s, shard, collective_s)
-    except TimeoutError:
-        return [Feedback(exercise, FAILED,
-                         f"the processes were still running after {timeout_s:g} s, so the "
-                         "check stopped them. Something in your function waits for ever on "
-                         "some rank: a collective (all_reduce, broadcast...) that not every "
-                         "rank calls, or a loop that waits for a file.")] * len(functions)
-    except WorkerFailed as error:
-        said = _plain_failure(str(error))
-        if "timeout" in said.lower() or "timed out" in said.lower():
-            return [Feedback(exercise, FAILED,
-                             "a collective in your function (all_reduce, broadcast...) was "
-                             "called on some ranks and not the others, so it waited for them "
-                             f"until the time limit (gloo said `{said}`). Every rank must call "
-                             "the same collectives, in the same order.")] * len(functions)
-        return [Feedback(exercise, FAILED,
-                         "a process failed while running your function"
-                         + (f": `{said}`." if said else ".") + " A collective (all_reduce, "
-                         "broadcast...) that not every rank calls also ends this way.")
-                ] * len(functions)
-    results: dict[int, dict[int, dict]] = {}
-    for text in outputs.values():
-        for line in text.splitlines():
-            if line.startswith("RESULT "):
-                found = json.loads(line[len("RESULT "):])
-                results.setdefault(found["candidate"], {})[found["rank"]] = found
-    return [_judge_save(index, results.get(index, {})) for index in range(len(functions))]
-
-
-@graded
-def check_save_on_rank_zero(save_on_rank_zero: Callable,
-                            folder: str = "scratch_lab08") -> Feedback:
-    """Exercise 08.3: ``save_on_rank_zero(ddp, path)`` run for real on 2 processes (gloo).
-
-    The check copies the function into a worker script, starts it with torchrun, and
-    calls it on both ranks with a DDP model; rank 0's ``torch.save`` is made slow (1.5 s).
-    Right after the call returns, each rank looks for the file. Passes when only rank 0
-    saved, the keys have no ``module.`` prefix, and rank 1 found the finished file (a
-    barrier). The same launch then writes the sharded checkpoint exercise 4 loads, so that
-    check needs no launch of its own. Introduced in lab 08_many_devices.
-    """
-
-    exercise = "Exercise 3"
-    problem = not_a_function(exercise, save_on_rank_zero)
-    if problem is not None:
-        return problem
-    if is_unattempted(save_on_rank_zero):
+        for target in dict.fromkeys([_second_device(device), device]):
+            batch = tokenizer(["the model moves", "a tensor lives on the device"], padding=True,
+                              return_tensors="pt")
+            keys, before = list(batch.keys()), {k: v.clone() for k, v in batch.items()}
+            with recorded_to_calls() as moves:
+                result, error = call(move_batch, batch, target)
+            if error is not None:
+                return Feedback(exercise, FAILED, f"moving a batch to {device_name(target)}: "
+                                f"{_explain(error)}")
+            verdict = _judge_batch(result, batch, keys, before, target, moves)
+            if verdict:
+                return Feedback(exercise, FAILED, verdict)
+    except NotAttempted:
         return not_attempted(exercise)
-    try:
-        _renamed_source(save_on_rank_zero, "_candidate_0")
-    except (OSError, TypeError, SyntaxError, IndexError, AttributeError):
-        return Feedback(exercise, FAILED, "the check could not read your function's source: "
-                                          "write it with `def save_on_rank_zero(ddp, path):` in "
-                                          "a cell (not a lambda), and run that cell.")
-    return judge_saves([save_on_rank_zero], folder, shard=True)[0]
+    return Feedback(exercise, PASSED, "every tensor of the batch is on the device you asked for, "
+                                      "under its key, where model(**batch) reads it: "
+                                      "batch.to(device) moves them all and returns the batch.")
 
 
-def _plain_errors(function: Callable, texts: list[str]) -> Callable:
-    """``function``, with DCP's CheckpointException (a BaseException) turned into RuntimeError;
-    the whole text of any error it raises is appended to ``texts``."""
-    from torch.distributed.checkpoint.api import CheckpointException
-
-    def call(*args):
-        try:
-            return function(*args)
-        except CheckpointException as error:
-            texts.append(str(error))
-            last = [line for line in str(error).splitlines() if line.strip()]
-            raise RuntimeError(last[-1] if last else str(error)) from None
-        except Exception as error:
-            texts.append(str(error))
-            raise
-
-    return call
-
-
-def _load_state_dict_problem(exercise: str, text: str) -> Feedback | None:
-    """A one-line message naming the keys of a failed ``load_state_dict``, or None."""
-    if "Error(s) in loading state_dict" not in text:
+def _judge_batch(result, batch, keys, before, target, moves) -> str | None:
+    if result is None:
+        return ("your function returned None. BatchEncoding.to moves the tensors and returns "
+                "the batch: return it (`return batch.to(device)`).")
+    if isinstance(result, torch.Tensor):
+        return ("you returned one tensor; the model needs the whole batch (input_ids, "
+                "attention_mask, ...) as keyword arguments: return the batch, moved.")
+    if not isinstance(result, Mapping):
+        return (f"you returned a {type(result).__name__}; model(**batch) needs a mapping from "
+                "names to tensors: return the batch itself, moved (`batch.to(device)`).")
+    if set(result.keys()) != set(keys):
+        lost = sorted(set(keys) - set(result.keys()))
+        return (f"the batch you returned has lost {lost}: the model needs every key the "
+                "tokenizer made. Move them all: batch.to(device).")
+    where = {key: value.device for key, value in result.items() if isinstance(value, torch.Tensor)}
+    if any(result[key].dtype != before[key].dtype for key in keys):
+        return ("your batch's token ids are no longer integers: a dtype in `.to(device, dtype)` "
+                "casts them, and an embedding needs integer ids. Move the batch to the device "
+                "only.")
+    left = sorted(key for key, place in where.items() if place.type != target.type)
+    if not left:
+        if target.type != "meta" and any(not torch.equal(result[k].cpu(), before[k]) for k in keys):
+            return "the tensors you returned are not the batch's: move them, don't replace them."
         return None
-    missing, unexpected = state_dict_keys(text, "Missing"), state_dict_keys(text, "Unexpected")
-    if unexpected and all(k == "model" or k.startswith("model.") for k in unexpected):
-        return Feedback(exercise, FAILED,
-                        f"load_state_dict was given keys {unexpected[:3]} where the model has "
-                        f"{missing[:3]}: that is the whole checkpoint, {{'model': ...}}. Pass "
-                        "its 'model' entry: model.load_state_dict(state['model']).")
-    said = []
-    if missing:
-        said.append(f"missing keys {missing[:4]}")
-    if unexpected:
-        said.append(f"unexpected keys {unexpected[:4]}")
-    if "size mismatch" in text:
-        said.append("tensors of another shape")
-    return Feedback(exercise, FAILED,
-                    f"load_state_dict refused the weights: {' and '.join(said) or 'a mismatch'}."
-                    " Load into {'model': model.state_dict()} with dcp.load, then "
-                    "model.load_state_dict(state['model']).")
+    moved_attributes = sorted(k for k in vars(result) if k in keys) if hasattr(result, "__dict__") \
+        else []
+    if moved_attributes:
+        return (f"you set `batch.{moved_attributes[0]} = ...`: that makes a new attribute beside "
+                f"the batch's dict, and model(**batch) reads the keys, where {left} are still on "
+                f"{where[left[0]]}. Use batch.to(device), or batch[key] = ... for one key.")
+    if any(moved_and_dropped(moves, before_tensor, target) for before_tensor in batch.values()) \
+            or any(moved_and_dropped(moves, value, target) for value in result.values()):
+        return ("you called `.to(device)` on the tensors and threw the results away: Tensor.to "
+                "returns a new tensor and leaves the one in the batch where it was. Keep the "
+                "result (batch[key] = value.to(device)), or call batch.to(device), which "
+                "replaces them all.")
+    if len(left) < len(keys):
+        moved = sorted(set(keys) - set(left))
+        return (f"you moved {moved} and left {left} on {where[left[0]]}: the model gets them "
+                "all, and mixing devices fails in the first layer. Move every tensor: "
+                "batch.to(device).")
+    told = {c.device.type for c in moves if c.device is not None}
+    if told and target.type not in told:
+        return (f"asked for {device_name(target)}, your batch went to {', '.join(sorted(told))}: "
+                "your function ignores its `device` argument. Move to the device you are given.")
+    return (f"asked for {device_name(target)}, every tensor stayed on {where[left[0]]}: nothing "
+            "moved them. A tokenizer's output is a BatchEncoding: batch.to(device) moves it.")
+
+
+def _explain(error: BaseException) -> str:
+    if _cuda_asked(error):
+        return (f"your code raised `{type(error).__name__}: {_first_error_line(error)}`: it asks "
+                "for CUDA, and this machine has none. Use the `device` you were given.")
+    return explain(error)
+
+
+# --- Exercise 2: a model split by device_map ----------------------------------------------
 
 
 @graded
-def check_load_sharded(load_sharded: Callable, folder: str = "scratch_lab08") -> Feedback:
-    """Exercise 08.4: ``load_sharded(checkpoint_folder, model)`` fills ``model`` in one process.
+def check_run_split(run_split: Callable, folder: str | os.PathLike = SCRATCH) -> Feedback:
+    """Exercise 08.2: ``run_split(model, input_ids)`` returns the logits of a split model.
 
-    The folder is a DCP checkpoint written by 2 processes, each holding half of every
-    parameter (FSDP2). Passes when the model's weights equal the saved ones, loaded
-    here with no process group (a 2 -> 1 reshard). Exercise 3's check leaves that
-    checkpoint in ``folder``; when it is not there, this check writes it (a 2-process
-    launch), so it needs no other exercise. Introduced in lab 08_many_devices.
+    The model is the tiny GPT-2 loaded with a ``device_map`` that keeps block 1 on the disk
+    (its weights show as meta). Catches: ``model.to``/``.cpu()``/``to_empty`` on the split
+    model, the output object or predictions or probabilities returned instead of the logits,
+    training mode left on, CUDA asked for. Introduced in lab 08_libraries.
     """
-    import warnings
-
-    from utils.distributed import WorkerFailed, child_stderr
-
-    exercise = "Exercise 4"
-    problem = not_a_function(exercise, load_sharded)
+    exercise = "Exercise 2"
+    problem = not_a_function(exercise, run_split)
     if problem is not None:
         return problem
-    if is_unattempted(load_sharded):
+    import transformers
+
+    path = save_tiny_model(Path(folder) / "split_check", seed=82)
+    reference = transformers.AutoModelForCausalLM.from_pretrained(path).eval()
+    input_ids = torch.tensor([[5, 6, 7, 8]])
+    with torch.no_grad():
+        expected = reference(input_ids).logits
+    model = load_split(path)
+    try:
+        with _to_empty_shows_its_junk():
+            result, error = call(run_split, model, input_ids.clone())
+    except NotAttempted:
         return not_attempted(exercise)
-    sharded = Path(folder) / "sharded"
-    if not (sharded / ".metadata").exists():
-        try:
-            with contextlib.redirect_stdout(io.StringIO()), child_stderr():
-                _run_workers(Path(folder), [])
-        except (TimeoutError, WorkerFailed) as error:
-            said = _plain_failure(str(error)) or "the 2 processes did not finish"
-            return Feedback(exercise, FAILED, f"the check could not write the sharded "
-                                              f"checkpoint ({said}); run this cell again.")
-    expected = fresh_model().state_dict()
-    torch.manual_seed(123)
-    model = nn.Sequential(nn.Linear(6, 10), nn.ReLU(), nn.Linear(10, 3))  # other weights
-    before = {k: t.clone() for k, t in model.state_dict().items()}
-    import torch.distributed.checkpoint as dcp
+    if error is not None:
+        return Feedback(exercise, FAILED, _split_error(error))
+    offloaded = model.transformer.h[1].mlp.c_fc.weight
+    if offloaded.device.type != "meta":
+        return Feedback(exercise, FAILED, "your function changed where block 1's weights are "
+                        f"(now on {offloaded.device}; they were on meta, offloaded to disk). "
+                        "`to_empty` gives memory, not the weights: the disk's values are gone. "
+                        "Leave a split model's placement to its hooks; just call it.")
+    kept = reference.state_dict()
+    changed = sorted(name for name, tensor in model.state_dict().items()
+                     if not tensor.is_meta and not torch.equal(tensor, kept[name]))
+    if changed:
+        return Feedback(exercise, FAILED, f"your function changed the model's weights ({changed[0]}"
+                        f" and {len(changed) - 1} more): `to_empty` gives memory, not the weights, "
+                        "so the loaded values are gone. Leave a split model's placement to its "
+                        "hooks; just call it.")
+    if model.training:
+        return Feedback(exercise, FAILED, "you put the model in training mode (model.train()): "
+                        "its dropout layers now drop values at random, so the logits change from "
+                        "run to run. from_pretrained gives a model in eval() mode: keep it.")
+    if hasattr(result, "logits") and not isinstance(result, torch.Tensor):
+        return Feedback(exercise, FAILED, f"you returned the whole {type(result).__name__}; "
+                        "return its logits: model(input_ids).logits.")
+    if not isinstance(result, torch.Tensor):
+        return Feedback(exercise, FAILED, f"return the logits tensor; got {type(result).__name__}.")
+    if result.shape != expected.shape:
+        return Feedback(exercise, FAILED, f"your tensor has shape {tuple(result.shape)}; the "
+                        f"logits have {tuple(expected.shape)} (batch, tokens, vocabulary). "
+                        "Return the logits, not the predicted tokens (no argmax).")
+    if result.device.type != "cpu":
+        return Feedback(exercise, FAILED, f"your logits are on {result.device}: the model's hook "
+                        "already brings them back to the input's device (the CPU). Return them "
+                        "as they come.")
+    if torch.allclose(result.detach().sum(-1), torch.ones(1), atol=1e-4):
+        return Feedback(exercise, FAILED, "your values sum to 1 over the vocabulary: you "
+                        "returned probabilities (softmax). Return the logits themselves.")
+    if not torch.allclose(result.detach(), expected, atol=1e-5):
+        return Feedback(exercise, FAILED, "your logits differ from the model's: call the model "
+                        "on the input_ids you were given, and return .logits unchanged.")
+    return Feedback(exercise, PASSED, "the split model ran where its device_map put it: its hooks "
+                                      "move the inputs and read block 1 from the disk, so you "
+                                      "never call .to on it.")
 
-    loads: list[bool] = []
-    real_load = dcp.load
 
-    def recording_load(*args, **kwargs):
-        loads.append(True)
-        return real_load(*args, **kwargs)
+def _split_error(error: BaseException) -> str:
+    text = str(error)
+    said = f"`{type(error).__name__}: {_first_error_line(error)}`"
+    if "You can't move a model that has some modules offloaded" in text:
+        return (f"your code raised {said}. A model loaded with a device_map that splits it "
+                "(here block 1 stays on the disk) refuses `.to`: its hooks already move each "
+                "input to where each part runs. Call the model; send inputs to model.device.")
+    if "Cannot copy out of meta tensor" in text:
+        return (f"your code raised {said}: block 1's weights are offloaded and show as meta, so "
+                "a move (`.cpu()`, `.float()`, a loop over parameters) has nothing to copy. "
+                "Leave a split model where its device_map put it; just call it.")
+    if _cuda_asked(error) or "cuda" in text.lower():
+        return (f"your code raised {said}: it asks for CUDA, which this machine lacks. Send "
+                "inputs to model.device, the device the model says it runs on.")
+    return explain(error)
 
-    with warnings.catch_warnings(), mock.patch.object(dcp, "load", recording_load):
-        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
-        warnings.filterwarnings("ignore", category=FutureWarning)
-        texts: list[str] = []
-        _, problem, _ = _attempt_within(exercise, _plain_errors(load_sharded, texts),
-                                        str(sharded), model, limit_s=2 * CALL_LIMIT_S)
+
+# --- Exercise 3: a model built on meta ----------------------------------------------------
+
+
+@graded
+def check_fill_model(fill_model: Callable, device: str | torch.device,
+                     folder: str | os.PathLike = SCRATCH) -> Feedback:
+    """Exercise 08.3: ``fill_model(empty_model, folder, device)`` returns the model saved in
+    ``folder`` with its real weights on ``device``; ``empty_model`` was built on meta.
+
+    Catches: ``.to(device)`` on a meta model, ``to_empty`` alone (junk weights), a strict
+    load that misses the tied ``lm_head.weight``, a load that leaves it junk or meta, a
+    ``load_state_dict`` into meta tensors without ``assign=True``, a fresh model from the
+    config (random weights), the file read with ``torch.load``. Introduced in lab 08_libraries.
+    """
+    exercise = "Exercise 3"
+    problem = not_a_function(exercise, fill_model)
     if problem is not None:
-        message = problem.message
-        full = "\n".join(texts) or message
-        if "IsADirectoryError" in message or "is a directory" in message.lower():
-            return Feedback(exercise, FAILED,
-                            "torch.load opens one file; a DCP checkpoint is a folder (one file "
-                            "per rank plus .metadata). Load it with dcp.load(state, "
-                            "checkpoint_id=folder).")
-        refused = _load_state_dict_problem(exercise, full)
-        if refused is not None:
-            return refused
-        if "init_process_group" in full or "environment variable" in full:
-            return Feedback(exercise, FAILED,
-                            "your function tried to start a process group. None is needed: "
-                            "dcp.load reads a checkpoint in one process, without one.")
-        if "failed reading zip archive" in full or ".distcp" in full:
-            return Feedback(exercise, FAILED,
-                            "a .distcp file holds one rank's pieces in DCP's own format, not a "
-                            "torch.save file. Load the whole folder with dcp.load(state, "
-                            "checkpoint_id=folder).")
-        if "metadata" in full and "No such file or directory" in full:
-            return Feedback(exercise, FAILED,
-                            "dcp.load found no checkpoint where you pointed it (no .metadata "
-                            "file there): pass the folder you were given, "
-                            "checkpoint_id=folder.")
-        missing = re.search(r"Missing key in checkpoint state_dict: ([\w.]+?)\.?$", full, re.M)
-        if missing or "Missing key" in full or "model." in full:
-            key = f" (it looked for {missing.group(1)!r})" if missing else ""
-            return Feedback(exercise, FAILED,
-                            f"dcp.load did not find the keys you asked for{key}: the processes "
-                            "saved {'model': state_dict}, so the checkpoint's keys start with "
-                            "'model.'. Pass {'model': model.state_dict()} to dcp.load.")
         return problem
-    if all(torch.equal(t, expected[k]) for k, t in model.state_dict().items()):
-        return Feedback(exercise, PASSED, "two processes' shards, loaded into one model with no "
-                                          "process group: a 2 -> 1 reshard.")
-    if not loads and all(torch.equal(t, before[k]) for k, t in model.state_dict().items()):
-        return Feedback(exercise, FAILED, "your function left the model as it was: it never "
-                                          "called dcp.load. Load the folder into "
-                                          "{'model': model.state_dict()} with dcp.load.")
-    return Feedback(exercise, FAILED,
-                    "the model's weights are not the saved ones. dcp.load fills the tensors of "
-                    "the state dict you pass, in place: pass {'model': model.state_dict()}, "
-                    "and if you built new tensors, copy them in with model.load_state_dict().")
+    import accelerate
+    import transformers
+
+    device = torch.device(device)
+    path = save_tiny_model(Path(folder) / "fill_check", seed=83)
+    saved = transformers.AutoModelForCausalLM.from_pretrained(path).state_dict()
+    with accelerate.init_empty_weights():
+        empty = transformers.AutoModelForCausalLM.from_config(tiny_config())
+    assigned = []
+    real_load_state_dict = nn.Module.load_state_dict
+
+    def recording(module, state_dict, *args, **kwargs):
+        assigned.append(bool(kwargs.get("assign", args[1] if len(args) > 1 else False)))
+        return real_load_state_dict(module, state_dict, *args, **kwargs)
+
+    try:
+        with mock.patch.object(nn.Module, "load_state_dict", recording), \
+                _to_empty_shows_its_junk():
+            result, error = call(fill_model, empty, path, device)
+    except NotAttempted:
+        return not_attempted(exercise)
+    if error is not None:
+        return Feedback(exercise, FAILED, _fill_error(error))
+    if not isinstance(result, nn.Module):
+        return Feedback(exercise, FAILED, "return the model, with its weights in it; got "
+                        f"{type(result).__name__}.")
+    state = result.state_dict()
+    on_meta = sorted(name for name, tensor in state.items() if tensor.is_meta)
+    if on_meta and len(on_meta) == len(state):
+        if assigned and not any(assigned):
+            return Feedback(exercise, FAILED, "every weight is still on meta: load_state_dict "
+                            "copies values into the model's own tensors, and meta tensors hold "
+                            "none. Pass assign=True (the file's tensors replace them), or load "
+                            "with from_pretrained(folder, device_map=device).")
+        return Feedback(exercise, FAILED, "every weight is still on meta: a model built under "
+                        "init_empty_weights has shapes and no data until you load the real "
+                        "weights (from_pretrained(folder, device_map=device)).")
+    if on_meta:
+        return Feedback(exercise, FAILED, f"{on_meta} still on meta: the file holds GPT-2's tied "
+                        "weight once, as transformer.wte.weight, so nothing filled lm_head.weight. "
+                        "Call model.tie_weights() after loading (or use from_pretrained).")
+    elsewhere = sorted({str(t.device) for t in state.values() if t.device.type != device.type})
+    if elsewhere:
+        return Feedback(exercise, FAILED, f"asked for {device}, the weights are on "
+                        f"{', '.join(elsewhere)}: load onto the device you are given "
+                        "(device_map=device, or to_empty(device=device) before loading).")
+    wrong = sorted(name for name, tensor in state.items()
+                   if name in saved and not torch.equal(tensor.cpu(), saved[name]))
+    if wrong == ["lm_head.weight"]:
+        return Feedback(exercise, FAILED, "every weight is the saved one except lm_head.weight, "
+                        "which holds whatever to_empty left there: the file holds the tied weight "
+                        "once, as transformer.wte.weight. Call model.tie_weights() after loading.")
+    matrices = {name for name, tensor in saved.items() if tensor.ndim >= 2}
+    all_junk = matrices <= set(wrong)  # norms and biases may start as the saved ones (1 and 0)
+    if all_junk and result is empty:
+        return Feedback(exercise, FAILED, "the weights are not the saved ones. to_empty() gives "
+                        "memory on the device, not the weights: whatever bytes were there. Load "
+                        "the file: from_pretrained(folder, device_map=device).")
+    if all_junk:
+        return Feedback(exercise, FAILED, "the weights are not the saved ones: a model built from "
+                        "the config has random ones. Load the file: "
+                        "from_pretrained(folder, device_map=device).")
+    if wrong:
+        return Feedback(exercise, FAILED, f"{wrong[:3]} are not the saved weights: load the whole "
+                        "file.")
+    return Feedback(exercise, PASSED, "the model holds the saved weights, on your device: meta "
+                                      "gives the shapes, and only loading the file gives the "
+                                      "numbers (to_empty gives memory, not weights).")
+
+
+def _fill_error(error: BaseException) -> str:
+    text = str(error)
+    said = f"`{type(error).__name__}: {_first_error_line(error)}`"
+    if "Cannot copy out of meta tensor" in text:
+        return (f"your code raised {said}. A model built under init_empty_weights is on meta: "
+                "shapes, no numbers, so `.to(device)` has nothing to copy. PyTorch's hint, "
+                "to_empty(), gives memory but not the weights. Load them: "
+                "from_pretrained(folder, device_map=device); if you fill it yourself with "
+                "load_checkpoint_and_dispatch, call model.tie_weights() first.")
+    if "Missing key(s) in state_dict" in text and "lm_head.weight" in text:
+        return (f"your code raised {said}: the file holds GPT-2's tied weight once, as "
+                "transformer.wte.weight, so lm_head.weight is missing from it. Load with "
+                "strict=False, then call model.tie_weights() (or use from_pretrained).")
+    if "Weights only load failed" in text or "invalid load key" in text \
+            or "failed finding central directory" in text:
+        return (f"your code raised {said}: model.safetensors is a safetensors file: read it "
+                "with safetensors.torch.load_file(path, device=...), or let from_pretrained "
+                "read the folder.")
+    if "is a directory" in text.lower() or "IsADirectoryError" in type(error).__name__:
+        return (f"your code raised {said}: `folder` is a folder (config.json, "
+                "model.safetensors); from_pretrained(folder) reads it, load_file needs the "
+                "file folder / 'model.safetensors'.")
+    return _explain(error)
+
+
+# --- Exercise 4: a safetensors file ------------------------------------------------------
+
+
+_NO_DEVICE = object()
+
+
+@contextmanager
+def _safetensors_anywhere(calls: list):
+    """Let safetensors load onto meta (it refuses: "device meta is invalid") by reading on the
+    CPU and moving the result, and record the device each open asked for (:data:`_NO_DEVICE`
+    when none was named). Patches the module attributes and, in the learner's notebook, the
+    names bound to them."""
+    import safetensors
+    import safetensors.torch
+
+    real_open = safetensors.safe_open
+
+    class Opened:
+        def __init__(self, filename, framework="pt", device=_NO_DEVICE, **kwargs):
+            calls.append(device)
+            asked = "cpu" if device is _NO_DEVICE else device
+            self._target = torch.device("meta") if str(asked) == "meta" else None
+            self._file = real_open(filename, framework=framework,
+                                   device="cpu" if self._target is not None else asked, **kwargs)
+
+        def __enter__(self):
+            self._file.__enter__()
+            return self
+
+        def __exit__(self, *exc):
+            return self._file.__exit__(*exc)
+
+        def __getattr__(self, name):
+            return getattr(self._file, name)
+
+        def get_tensor(self, name):
+            tensor = self._file.get_tensor(name)
+            return tensor.to(self._target) if self._target is not None else tensor
+
+        def get_tensors(self):
+            tensors = self._file.get_tensors()
+            if self._target is None:
+                return tensors
+            return {name: tensor.to(self._target) for name, tensor in tensors.items()}
+
+    real_load_file = safetensors.torch.load_file
+
+    def load_file(filename, device=_NO_DEVICE, **kwargs):
+        if device is _NO_DEVICE:
+            calls.append(_NO_DEVICE)
+            device = "cpu"
+        return real_load_file(filename, device=device, **kwargs)
+
+    with mock.patch.object(safetensors, "safe_open", Opened), \
+            mock.patch.object(safetensors.torch, "safe_open", Opened), \
+            mock.patch.object(safetensors.torch, "load_file", load_file):
+        yield {real_open: Opened, real_load_file: load_file}
+
+
+def _rebind(function: Callable, stand_ins: dict):
+    """Patch the names in ``function``'s module (the learner's notebook) bound to a key of
+    ``stand_ins`` with its value."""
+    names = getattr(function, "__globals__", {})
+    replaced = {n: stand_ins[v] for n, v in names.items() if _hashable(v) and v in stand_ins}
+    return mock.patch.dict(names, replaced)
+
+
+def _hashable(value: object) -> bool:
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True
+
+
+@graded
+def check_load_weights(load_weights: Callable, device: str | torch.device,
+                       folder: str | os.PathLike = SCRATCH) -> Feedback:
+    """Exercise 08.4: ``load_weights(path, device)`` returns a safetensors file's tensors on
+    ``device``.
+
+    Runs it onto ``device`` and onto the second device (meta on a CPU-only machine; the check
+    lets safetensors load there). Catches: no ``device=`` (safetensors records none, so the
+    CPU), the CPU named by hand, ``torch.load`` without ``map_location``, ``.to`` results
+    thrown away, a dtype cast, keys dropped, CUDA asked for. Introduced in lab 08_libraries.
+    """
+    exercise = "Exercise 4"
+    problem = not_a_function(exercise, load_weights)
+    if problem is not None:
+        return problem
+    import safetensors
+    import safetensors.torch
+
+    device = torch.device(device)
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    saved = _seeded(lambda: {"layer.weight": torch.randn(3, 4), "layer.bias": torch.randn(3)}, 84)
+    path = folder / "weights.safetensors"
+    safetensors.torch.save_file(saved, path)
+    try:
+        for target in dict.fromkeys([_second_device(device), device]):
+            opened: list = []
+            with _safetensors_anywhere(opened) as stand_ins, \
+                    _rebind(load_weights, stand_ins), \
+                    recorded_loads() as loads, recorded_to_calls() as moves:
+                result, error = call(load_weights, path, target)
+            if error is not None:
+                return Feedback(exercise, FAILED, f"loading onto {device_name(target)}: "
+                                f"{_load_error(error)}")
+            verdict = _judge_weights(result, saved, target, opened, loads, moves)
+            if verdict:
+                return Feedback(exercise, FAILED, verdict)
+    except NotAttempted:
+        return not_attempted(exercise)
+    return Feedback(exercise, PASSED, "the tensors landed on the device you asked for: a "
+                                      "safetensors file records no device, so "
+                                      "load_file(path, device=...) decides.")
+
+
+def _judge_weights(result, saved, target, opened, loads, moves) -> str | None:
+    if not isinstance(result, Mapping):
+        return (f"return the dict of tensors (names to tensors); got {type(result).__name__}.")
+    if set(result) != set(saved):
+        return (f"your dict has the keys {sorted(result)}; the file holds {sorted(saved)}: "
+                "return every tensor.")
+    if any(result[k].dtype != saved[k].dtype for k in saved):
+        return ("your tensors changed dtype: load them as saved (float32), and move them to "
+                "the device only.")
+    where = sorted({str(t.device) for t in result.values() if t.device.type != target.type})
+    if not where:
+        if target.type != "meta" and any(not torch.equal(result[k].cpu(), saved[k]) for k in saved):
+            return "the tensors you returned are not the file's: return what you loaded."
+        return None
+    asked = f"asked for {device_name(target)}, the tensors landed on {', '.join(where)}"
+    if loads:
+        return (f"{asked}: torch.load reads this file, but without map_location it puts the "
+                "tensors on the CPU. For a safetensors file use "
+                "safetensors.torch.load_file(path, device=str(device)).")
+    if any(moved_and_dropped(moves, tensor, target) for tensor in result.values()):
+        return (f"{asked}: you called `.to(device)` on each tensor and threw the result away: "
+                "Tensor.to returns a new tensor. Pass device= to load_file instead.")
+    if _NO_DEVICE in opened:
+        return (f"{asked}: a safetensors file records no device (its header holds dtypes, "
+                "shapes and byte offsets only), so load_file / safe_open put everything on "
+                "the CPU unless you pass device=str(device).")
+    if opened and all(str(d) == "cpu" for d in opened):
+        return (f"{asked}: you named the CPU yourself; your function ignores its `device` "
+                "argument. Pass device=str(device).")
+    return f"{asked}: pass device=str(device) to load_file."
+
+
+def _load_error(error: BaseException) -> str:
+    text = str(error)
+    said = f"`{type(error).__name__}: {_first_error_line(error)}`"
+    if "is invalid" in text and "device(type=" in text:
+        return (f"your code raised {said}: safetensors 0.8 takes the device as a string or an "
+                "index, not a torch.device. Pass device=str(device).")
+    if _cuda_asked(error):
+        return (f"your code raised {said}: it asks for CUDA (safetensors pins memory to load "
+                "onto a GPU), and this machine has none. Use the `device` you were given.")
+    return explain(error)
+
+
+# --- Exercise 5: shared tensors ---------------------------------------------------------
+
+
+@graded
+def check_save_tied(save_tied: Callable, folder: str | os.PathLike = SCRATCH) -> Feedback:
+    """Exercise 08.5: ``save_tied(model, path)`` writes ``model`` (whose decoder shares the
+    encoder's weight) to a safetensors file that ``load_model`` restores.
+
+    Catches: ``save_file`` refusing shared tensors, clones that write the shared weight twice,
+    ``torch.save`` instead of safetensors, no file or another path, keys renamed or dropped,
+    a dtype cast, the learner's model untied. Introduced in lab 08_libraries.
+    """
+    exercise = "Exercise 5"
+    problem = not_a_function(exercise, save_tied)
+    if problem is not None:
+        return problem
+    import safetensors
+    import safetensors.torch
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "tied.safetensors"
+    path.unlink(missing_ok=True)
+    model = _seeded(TiedNet, 85)
+    expected = {k: v.clone() for k, v in model.state_dict().items()}
+    try:
+        _, error = call(save_tied, model, path)
+    except NotAttempted:
+        return not_attempted(exercise)
+    if error is not None:
+        text = str(error)
+        if "Some tensors share memory" in text:
+            return Feedback(exercise, FAILED, "save_file refused: encoder.weight and "
+                            "decoder.weight are one tensor under two names, and save_file will "
+                            "not write it twice. safetensors.torch.save_model(model, path) "
+                            "writes it once and load_model ties it again.")
+        return Feedback(exercise, FAILED, explain(error))
+    if model.decoder.weight is not model.encoder.weight:
+        return Feedback(exercise, FAILED, "your function untied the model you were given "
+                        "(decoder.weight is no longer encoder.weight): it now trains two weights. "
+                        "Save without changing the model: save_model(model, path).")
+    if not path.exists():
+        return Feedback(exercise, FAILED, f"no file at {path.name}: write to the path you are "
+                        "given (and a save_file that raised inside a try/except writes nothing).")
+    try:
+        with safetensors.safe_open(str(path), framework="pt") as file:
+            keys = set(file.keys())
+            dtypes = {key: file.get_tensor(key).dtype for key in keys}
+    except Exception:  # not a safetensors file: say which format it is
+        return Feedback(exercise, FAILED, "the file is not safetensors (torch.save writes a "
+                        "pickle in a zip): use safetensors.torch.save_model(model, path).")
+    if any(dtype != torch.float32 for dtype in dtypes.values()):
+        return Feedback(exercise, FAILED, "you saved the weights in another dtype: save them as "
+                        "they are.")
+    if keys >= set(expected):
+        return Feedback(exercise, FAILED, "the file holds encoder.weight and decoder.weight as "
+                        "two copies (you cloned them to get past save_file): twice the bytes on "
+                        "disk, and load_model refuses the extra key. save_model(model, path) "
+                        "writes the shared weight once.")
+    fresh = TiedNet()
+    try:
+        missing, unexpected = safetensors.torch.load_model(fresh, path)
+    except RuntimeError as refused:
+        if "Unexpected key" not in str(refused) and "Missing key" in str(refused):
+            lacks = sorted(set(expected) - keys - {"decoder.weight"})
+            return Feedback(exercise, FAILED, f"the file lacks {lacks}: save every weight "
+                            "(save_model(model, path)).")
+        return Feedback(exercise, FAILED, "load_model cannot restore your file: "
+                        f"{_first_error_line(refused)}. Keep the model's own key names: "
+                        "save_model(model, path).")
+    if missing:
+        return Feedback(exercise, FAILED, f"the file lacks {sorted(missing)}: save every weight.")
+    if not all(torch.equal(fresh.state_dict()[k], expected[k]) for k in expected):
+        return Feedback(exercise, FAILED, "the weights loaded back are not the model's.")
+    return Feedback(exercise, PASSED, "one shared weight, written once: save_model drops the "
+                                      "duplicate name, and load_model fills both through the "
+                                      "model's own tie.")

@@ -1,806 +1,676 @@
-"""labchecks, lab 08: right answers pass however written, each known wrong answer gets its
-own diagnosis, and an untouched stub is "not attempted" without starting any process.
-
-Exercise 3 is judged from a real 2-process launch; the whole table of exercise 3 answers
-runs in one launch (lab08.judge_saves), which also writes the sharded checkpoint that
-exercise 4's table loads.
-"""
+"""labchecks, lab 08 (libraries): tables of differently written right answers that must pass,
+and of wrong answers that must fail with the message naming their misconception; an exercise
+that still raises NotImplementedError is reported as not attempted."""
 
 from __future__ import annotations
 
-import os
-import time
-from unittest import mock
+from collections.abc import Mapping
 
+import accelerate
 import pytest
+import safetensors
+import safetensors.torch
 import torch
-import torch.distributed as dist
-import torch.distributed.checkpoint as dcp
+import transformers
 from lab_checks import assert_feedback as _status
 from lab_checks import assert_one_line, stub
-from torch.distributed.checkpoint.state_dict import get_model_state_dict
+from safetensors import safe_open
+from safetensors.torch import load_file, save_file, save_model
+from transformers import AutoModelForCausalLM
 
-import labchecks as checks
-import utils
-from labchecks import lab08
+from labchecks import FAILED, NOT_ATTEMPTED, PASSED
+from labchecks import lab08 as checks
 
-# --- exercise 1: setup_device -----------------------------------------------------------------
+DEVICE = torch.device("cpu")
 
 
-def setup_plain():
-    local_rank = int(os.environ["LOCAL_RANK"])
-    if torch.cuda.is_available():
-        torch.cuda.set_device(local_rank)
-        return "nccl", torch.device("cuda", local_rank)
-    return "gloo", torch.device("cpu")
+@pytest.fixture(autouse=True)
+def _offline(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
 
 
-def setup_strings():
-    if not torch.cuda.is_available():
-        return "gloo", "cpu"
-    device = torch.device(f"cuda:{os.environ['LOCAL_RANK']}")
-    torch.cuda.set_device(device)
-    return "nccl", device
+# --- Exercise 1: a tokenizer's batch ------------------------------------------------------
 
 
-def setup_with_utils():
-    return utils.distributed.backend_and_device(int(os.environ["LOCAL_RANK"]))
+def batch_returned(batch, device):
+    return batch.to(device)
 
 
-def setup_keyword_device():
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    if not torch.cuda.is_available():
-        return "gloo", torch.device(type="cpu")
-    device = torch.device(type="cuda", index=local_rank)
-    torch.cuda.set_device(device)
-    return "nccl", device
+def batch_in_place(batch, device):
+    batch.to(device)
+    return batch
 
 
-def setup_backend_first():
-    backend = "nccl" if torch.cuda.is_available() else "gloo"
-    if backend == "gloo":
-        return backend, torch.device("cpu")
-    torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
-    return backend, torch.device("cuda", torch.cuda.current_device())
+def batch_reassigned(batch, device):
+    batch = batch.to(device)
+    return batch
 
 
-def setup_string_device():
-    local_rank = os.environ["LOCAL_RANK"]
-    if torch.cuda.is_available():
-        torch.cuda.set_device(f"cuda:{local_rank}")
-        return "nccl", f"cuda:{local_rank}"
-    return "gloo", "cpu"
+def batch_dict_comprehension(batch, device):
+    return {key: value.to(device) for key, value in batch.items()}
 
 
-def setup_global_rank():
-    rank = int(os.environ["RANK"])
-    if torch.cuda.is_available():
-        torch.cuda.set_device(rank)
-        return "nccl", torch.device("cuda", rank)
-    return "gloo", torch.device("cpu")
+def batch_by_key(batch, device):
+    for key in batch:
+        batch[key] = batch[key].to(device)
+    return batch
 
 
-def setup_without_set_device():
-    if torch.cuda.is_available():
-        return "nccl", torch.device("cuda", int(os.environ["LOCAL_RANK"]))
-    return "gloo", torch.device("cpu")
+def batch_send_to_device(batch, device):
+    return accelerate.utils.send_to_device(batch, device)
 
 
-def setup_touches_cuda_first():
-    local_rank = int(os.environ["LOCAL_RANK"])
-    if torch.cuda.is_available():
-        torch.cuda.manual_seed(0)
-        torch.cuda.set_device(local_rank)
-        return "nccl", torch.device("cuda", local_rank)
-    return "gloo", torch.device("cpu")
+def batch_string_device(batch, device):
+    return batch.to(str(device))
 
 
-def setup_asks_current_device_first():
-    local_rank = int(os.environ["LOCAL_RANK"])
-    if torch.cuda.is_available():
-        print("starting on", torch.cuda.current_device())  # initialises CUDA on GPU 0
-        torch.cuda.set_device(local_rank)
-        return "nccl", torch.device("cuda", local_rank)
-    return "gloo", torch.device("cpu")
+def batch_rebuilt(batch, device):
+    return transformers.BatchEncoding({k: v.to(device=device) for k, v in batch.items()})
 
 
-def setup_gloo_on_gpus():
-    local_rank = int(os.environ["LOCAL_RANK"])
-    if torch.cuda.is_available():
-        torch.cuda.set_device(local_rank)
-        return "gloo", torch.device("cuda", local_rank)
-    return "gloo", torch.device("cpu")
+def batch_non_blocking(batch, device):
+    return batch.to(device, non_blocking=True)
 
 
-def setup_always_cpu():
-    return "gloo", torch.device("cpu")
+def batch_recursive(batch, device):
+    def to_device(data):
+        if isinstance(data, torch.Tensor):
+            return data.to(device)
+        if isinstance(data, Mapping):
+            return {key: to_device(value) for key, value in data.items()}
+        return data
 
+    return to_device(batch)
 
-def setup_with_accelerator():
-    local_rank = int(os.environ["LOCAL_RANK"])
-    if torch.accelerator.is_available():
-        torch.accelerator.set_device_index(local_rank)
-        return "nccl", torch.device("cuda", local_rank)
-    return "gloo", torch.device("cpu")
 
+RIGHT_BATCH = {f.__name__: f for f in (
+    batch_returned, batch_in_place, batch_reassigned, batch_dict_comprehension, batch_by_key,
+    batch_send_to_device, batch_string_device, batch_rebuilt, batch_non_blocking,
+    batch_recursive)}
 
-def setup_with_current_accelerator():
-    local_rank = int(os.environ["LOCAL_RANK"])
-    accelerator = torch.accelerator.current_accelerator()
-    if accelerator is None:
-        return "gloo", torch.device("cpu")
-    torch.accelerator.set_device_index(local_rank)
-    device = torch.device(accelerator.type, local_rank)
-    return dist.get_default_backend_for_device(device), device
 
+def by_attribute(batch, device):
+    batch.input_ids = batch.input_ids.to(device)
+    return batch
 
-def setup_device_count_guard():
-    local_rank = int(os.environ["LOCAL_RANK"])
-    if torch.cuda.is_available() and torch.cuda.device_count() > local_rank:
-        torch.cuda.set_device(local_rank)
-        return "nccl", torch.device(f"cuda:{local_rank}")
-    return "gloo", torch.device("cpu")
-
 
-def setup_seed_after():
-    local_rank = int(os.environ["LOCAL_RANK"])
-    if not torch.cuda.is_available():
-        return ("gloo", torch.device("cpu"))
-    torch.cuda.set_device(local_rank)
-    torch.cuda.manual_seed(0)  # after set_device: this process's own GPU
-    return ("nccl", torch.device("cuda", local_rank))
-
+def every_attribute(batch, device):
+    for key in list(batch.keys()):
+        setattr(batch, key, getattr(batch, key).to(device))
+    return batch
 
-def setup_starts_process_group():
-    local_rank = int(os.environ["LOCAL_RANK"])
-    if torch.cuda.is_available():
-        torch.cuda.set_device(local_rank)
-        dist.init_process_group("nccl")
-        return "nccl", torch.device("cuda", local_rank)
-    dist.init_process_group("gloo")
-    return "gloo", torch.device("cpu")
 
+def one_key(batch, device):
+    batch["input_ids"] = batch["input_ids"].to(device)
+    return batch
 
-def setup_no_device():
-    return "gloo", None
 
+def results_dropped(batch, device):
+    for value in batch.values():
+        value.to(device)
+    return batch
 
-def setup_capital_cpu():
-    if torch.cuda.is_available():
-        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
-        return "nccl", torch.device("cuda", int(os.environ["LOCAL_RANK"]))
-    return "gloo", "CPU"
 
+def returns_nothing(batch, device):
+    batch.to(device)
 
-def setup_string_to_set_device():
-    if torch.cuda.is_available():
-        torch.cuda.set_device(os.environ["LOCAL_RANK"])  # the string '1'
-        return "nccl", torch.device("cuda", int(os.environ["LOCAL_RANK"]))
-    return "gloo", torch.device("cpu")
 
+def returns_input_ids(batch, device):
+    return batch["input_ids"].to(device)
 
-def setup_set_device_before_the_test():
-    local_rank = int(os.environ["LOCAL_RANK"])
-    torch.cuda.set_device(local_rank)
-    if torch.cuda.is_available():
-        return "nccl", torch.device("cuda", local_rank)
-    return "gloo", torch.device("cpu")
 
+def returns_list(batch, device):
+    return [value.to(device) for value in batch.values()]
 
-def setup_returns_device_only():
-    local_rank = int(os.environ["LOCAL_RANK"])
-    if torch.cuda.is_available():
-        torch.cuda.set_device(local_rank)
-        return torch.device("cuda", local_rank)
-    return torch.device("cpu")
 
+def hard_coded_cpu(batch, device):
+    return batch.to("cpu")
 
-def setup_asks_the_process_group():
-    local_rank = dist.get_rank() % torch.cuda.device_count()
-    torch.cuda.set_device(local_rank)
-    return "nccl", torch.device("cuda", local_rank)
 
+def hard_coded_cuda(batch, device):
+    return batch.to("cuda")
 
-def setup_waits_for_ever():
-    while True:
-        time.sleep(0.05)
 
+def ids_to_float(batch, device):
+    return {key: value.to(device, torch.float32) for key, value in batch.items()}
 
-def setup_bare_cuda():
-    if torch.cuda.is_available():
-        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
-        return "nccl", torch.device("cuda")
-    return "gloo", torch.device("cpu")
 
+def keys_dropped(batch, device):
+    return {"input_ids": batch["input_ids"].to(device)}
 
-RIGHT_SETUPS = [setup_plain, setup_strings, setup_with_utils, setup_keyword_device,
-                setup_backend_first, setup_string_device, setup_with_accelerator,
-                setup_with_current_accelerator, setup_device_count_guard, setup_seed_after]
 
+def nothing_moved(batch, device):
+    return dict(batch)
 
-@pytest.mark.parametrize("answer", RIGHT_SETUPS)
-def test_setup_device_passes_however_written(answer):
-    _status(checks.check_setup_device(answer), checks.PASSED)
 
+def typo(batch, device):
+    return bacth.to(device)  # noqa: F821
 
-WRONG_SETUPS = [
-    (setup_global_rank, "the GPU index on this machine is LOCAL_RANK"),
-    (setup_without_set_device, "set_device(local_rank) was not called"),
-    (setup_touches_cuda_first, "seeds cuda:0's generator, not this process's cuda:1's"),
-    (setup_asks_current_device_first, "torch.cuda.current_device() ran before set_device"),
-    (setup_gloo_on_gpus, "the GPU backend is 'nccl'"),
-    (setup_always_cpu, "Use 'cuda:LOCAL_RANK'"),
-    (setup_starts_process_group, "setup_device should only choose"),
-    (setup_no_device, "returned None, which is not a device"),
-    (setup_capital_cpu, "device names are lower case, 'cpu'"),
-    (setup_string_to_set_device, "a string from os.environ"),
-    (setup_set_device_before_the_test, "test torch.cuda.is_available() first"),
-    (setup_returns_device_only, "return a pair (backend, device)"),
-    (setup_asks_the_process_group, "setup_device runs before init_process_group"),
-    (setup_waits_for_ever, "had not returned after"),
-    (setup_bare_cuda, "you returned the bare device 'cuda'"),
-]
 
+WRONG_BATCH = {f.__name__: (f, phrases) for f, phrases in (
+    (by_attribute, ["you set `batch.input_ids = ...`", "new attribute"]),
+    (every_attribute, ["new attribute", "model(**batch) reads the keys"]),
+    (one_key, ["you moved ['input_ids'] and left", "attention_mask"]),
+    (results_dropped, ["threw the results away"]),
+    (returns_nothing, ["returned None"]),
+    (returns_input_ids, ["you returned one tensor"]),
+    (returns_list, ["you returned a list"]),
+    (hard_coded_cpu, ["ignores its `device` argument"]),
+    (hard_coded_cuda, ["asks for CUDA"]),
+    (ids_to_float, ["no longer integers"]),
+    (keys_dropped, ["has lost", "attention_mask"]),
+    (nothing_moved, ["nothing moved them"]),
+    (typo, ["NameError", "a typo"]),
+)}
 
-@pytest.mark.parametrize(("answer", "phrase"), WRONG_SETUPS,
-                         ids=[answer.__name__ for answer, _ in WRONG_SETUPS])
-def test_setup_device_names_each_mistake(answer, phrase, monkeypatch):
-    monkeypatch.setattr(lab08, "CALL_LIMIT_S", 1.0)  # the one that waits for ever
-    feedback = assert_one_line(_status(checks.check_setup_device(answer), checks.FAILED, phrase))
-    assert all(feedback.message != checks.check_setup_device(other).message
-               for other, _ in WRONG_SETUPS if other not in (answer, setup_waits_for_ever))
 
+@pytest.mark.parametrize("answer", RIGHT_BATCH.values(), ids=RIGHT_BATCH)
+def test_move_batch_accepts_every_way_of_moving_the_whole_batch(answer):
+    _status(checks.check_move_batch(answer, DEVICE), PASSED)
 
-def test_setup_device_stub_is_not_attempted():
-    _status(checks.check_setup_device(stub), checks.NOT_ATTEMPTED)
 
+@pytest.mark.parametrize(("answer", "phrases"), WRONG_BATCH.values(), ids=WRONG_BATCH)
+def test_move_batch_names_the_mistake(answer, phrases):
+    assert_one_line(_status(checks.check_move_batch(answer, DEVICE), FAILED, *phrases))
 
-# --- exercise 2: load_for_this_rank ---------------------------------------------------------------
+
+def test_move_batch_reports_the_stub_as_not_attempted():
+    _status(checks.check_move_batch(stub, DEVICE), NOT_ATTEMPTED)
+
+
+# --- Exercise 2: a split model ----------------------------------------------------------
+
+
+RIGHT_SPLIT = {
+    "to model.device": lambda model, ids: model(ids.to(model.device)).logits,
+    "as it is": lambda model, ids: model(ids).logits,
+    "keyword": lambda model, ids: model(input_ids=ids).logits,
+    "no_grad": lambda model, ids: _no_grad(model, ids),
+    "return_dict": lambda model, ids: model(ids, return_dict=True)["logits"],
+    "index 0": lambda model, ids: model(ids)[0],
+    "detached": lambda model, ids: model(ids).logits.detach(),
+    "eval first": lambda model, ids: model.eval()(ids).logits,
+    "inference_mode": lambda model, ids: _inference(model, ids),
+}
+
+
+def _no_grad(model, ids):
+    with torch.no_grad():
+        return model(ids).logits
+
+
+def _inference(model, ids):
+    with torch.inference_mode():
+        return model(input_ids=ids.to(model.device)).logits
+
+
+def moves_model(model, ids):
+    model.to(DEVICE)
+    return model(ids).logits
+
+
+def moves_model_with_cpu(model, ids):
+    return model.cpu()(ids).logits
+
+
+def moves_each_parameter(model, ids):
+    for parameter in model.parameters():
+        parameter.data = parameter.data.to("cpu")
+    return model(ids).logits
+
+
+def fills_with_to_empty(model, ids):
+    model.to_empty(device="cpu")
+    return model(ids).logits
+
+
+def returns_output(model, ids):
+    return model(ids)
+
+
+def returns_predictions(model, ids):
+    return model(ids).logits.argmax(-1)
+
+
+def returns_probabilities(model, ids):
+    return model(ids).logits.softmax(-1)
+
+
+def train_mode(model, ids):
+    model.train()
+    return model(ids).logits
+
+
+def asks_cuda(model, ids):
+    return model(ids.to("cuda")).logits
+
+
+def wrong_input(model, ids):
+    return model(ids.flip(-1)).logits
+
+
+def returns_loss(model, ids):
+    return model(ids, labels=ids).loss
+
+
+WRONG_SPLIT = {f.__name__: (f, phrases) for f, phrases in (
+    (moves_model, ["refuses `.to`", "You can't move a model"]),
+    (moves_model_with_cpu, ["Cannot copy out of meta tensor", "offloaded"]),
+    (moves_each_parameter, ["Cannot copy out of meta tensor"]),
+    (fills_with_to_empty, ["`to_empty` gives memory, not the weights"]),
+    (returns_output, ["you returned the whole CausalLMOutputWithCrossAttentions"]),
+    (returns_predictions, ["not the predicted tokens"]),
+    (returns_probabilities, ["probabilities"]),
+    (train_mode, ["training mode", "dropout"]),
+    (asks_cuda, ["asks for CUDA"]),
+    (wrong_input, ["your logits differ"]),
+    (returns_loss, ["has shape ()"]),
+)}
+
+
+@pytest.mark.parametrize("answer", RIGHT_SPLIT.values(), ids=RIGHT_SPLIT)
+def test_run_split_accepts_every_way_of_calling_the_model(answer, tmp_path):
+    _status(checks.check_run_split(answer, folder=tmp_path), PASSED)
+
+
+@pytest.mark.parametrize(("answer", "phrases"), WRONG_SPLIT.values(), ids=WRONG_SPLIT)
+def test_run_split_names_the_mistake(answer, phrases, tmp_path):
+    assert_one_line(_status(checks.check_run_split(answer, folder=tmp_path), FAILED, *phrases))
+
+
+def test_run_split_reports_the_stub_as_not_attempted(tmp_path):
+    _status(checks.check_run_split(stub, folder=tmp_path), NOT_ATTEMPTED)
+
+
+# --- Exercise 3: a meta model -----------------------------------------------------------
+
+
+def fill_from_pretrained(empty, folder, device):
+    return AutoModelForCausalLM.from_pretrained(folder, device_map=device)
+
+
+def fill_from_pretrained_string(empty, folder, device):
+    return AutoModelForCausalLM.from_pretrained(str(folder), device_map=str(device))
+
+
+def fill_gpt2_class(empty, folder, device):
+    return transformers.GPT2LMHeadModel.from_pretrained(folder, device_map={"": str(device)})
+
+
+def fill_then_to(empty, folder, device):
+    return AutoModelForCausalLM.from_pretrained(folder).to(device)
+
+
+def fill_dispatch(empty, folder, device):
+    empty.tie_weights()
+    return accelerate.load_checkpoint_and_dispatch(empty, str(folder / "model.safetensors"),
+                                                   device_map={"": str(device)})
+
+
+def fill_to_empty_then_load(empty, folder, device):
+    empty.to_empty(device=device)
+    empty.load_state_dict(load_file(folder / "model.safetensors", device=str(device)),
+                          strict=False)
+    empty.tie_weights()
+    return empty
+
+
+def fill_assign(empty, folder, device):
+    state = load_file(folder / "model.safetensors", device=str(device))
+    empty.load_state_dict(state, strict=False, assign=True)
+    empty.tie_weights()
+    return empty
+
+
+def fill_load_model(empty, folder, device):
+    empty.to_empty(device=device)
+    safetensors.torch.load_model(empty, folder / "model.safetensors", strict=False,
+                                 device=str(device))
+    empty.tie_weights()
+    return empty
+
+
+def fill_dtype(empty, folder, device):
+    return AutoModelForCausalLM.from_pretrained(folder, device_map=device, dtype=torch.float32)
+
+
+RIGHT_FILL = {f.__name__: f for f in (
+    fill_from_pretrained, fill_from_pretrained_string, fill_gpt2_class, fill_then_to,
+    fill_dispatch, fill_to_empty_then_load, fill_assign, fill_load_model, fill_dtype)}
+
+
+def moved_with_to(empty, folder, device):
+    return empty.to(device)
+
+
+def to_empty_only(empty, folder, device):
+    return empty.to_empty(device=device)
+
+
+def strict_load(empty, folder, device):
+    empty.to_empty(device=device)
+    empty.load_state_dict(load_file(folder / "model.safetensors", device=str(device)))
+    return empty
+
+
+def not_retied(empty, folder, device):
+    empty.to_empty(device=device)
+    empty.load_state_dict(load_file(folder / "model.safetensors", device=str(device)),
+                          strict=False)
+    return empty
+
+
+def dispatch_untied(empty, folder, device):
+    return accelerate.load_checkpoint_and_dispatch(empty, str(folder / "model.safetensors"),
+                                                   device_map={"": str(device)})
+
+
+def returned_untouched(empty, folder, device):
+    return empty
+
+
+def copied_into_meta(empty, folder, device):
+    empty.load_state_dict(load_file(folder / "model.safetensors"), strict=False)
+    return empty
+
+
+def from_config(empty, folder, device):
+    return AutoModelForCausalLM.from_config(empty.config)
+
+
+def assign_not_retied(empty, folder, device):
+    empty.load_state_dict(load_file(folder / "model.safetensors"), strict=False, assign=True)
+    return empty
+
+
+def returns_state_dict(empty, folder, device):
+    return load_file(folder / "model.safetensors")
+
+
+def reads_folder_with_torch_load(empty, folder, device):
+    return torch.load(folder, map_location=device)
+
+
+WRONG_FILL = {f.__name__: (f, phrases) for f, phrases in (
+    (moved_with_to, ["Cannot copy out of meta tensor", "to_empty(), gives memory"]),
+    (to_empty_only, ["to_empty() gives memory on the device, not the weights"]),
+    (strict_load, ["lm_head.weight is missing", "strict=False"]),
+    (not_retied, ["except lm_head.weight", "tie_weights"]),
+    (dispatch_untied, ["Cannot copy out of meta tensor", "tie_weights() first"]),
+    (returned_untouched, ["still on meta", "init_empty_weights"]),
+    (copied_into_meta, ["still on meta", "assign=True"]),
+    (from_config, ["a model built from the config has random ones"]),
+    (assign_not_retied, ["['lm_head.weight'] still on meta", "tie_weights"]),
+    (returns_state_dict, ["return the model", "got dict"]),
+    (reads_folder_with_torch_load, ["is a folder"]),
+)}
+
+
+@pytest.mark.parametrize("answer", RIGHT_FILL.values(), ids=RIGHT_FILL)
+def test_fill_model_accepts_every_way_of_loading_the_real_weights(answer, tmp_path):
+    _status(checks.check_fill_model(answer, DEVICE, folder=tmp_path), PASSED)
+
+
+@pytest.mark.parametrize(("answer", "phrases"), WRONG_FILL.values(), ids=WRONG_FILL)
+def test_fill_model_names_the_mistake(answer, phrases, tmp_path):
+    feedback = checks.check_fill_model(answer, DEVICE, folder=tmp_path)
+    assert_one_line(_status(feedback, FAILED, *phrases))
+
+
+def test_fill_model_reports_the_stub_as_not_attempted(tmp_path):
+    _status(checks.check_fill_model(stub, DEVICE, folder=tmp_path), NOT_ATTEMPTED)
+
+
+# --- Exercise 4: a safetensors file -----------------------------------------------------
+
+
+def load_keyword(path, device):
+    return load_file(path, device=str(device))
+
+
+def load_positional(path, device):
+    return load_file(path, str(device))
+
+
+def load_module_attribute(path, device):
+    return safetensors.torch.load_file(str(path), device=str(device))
 
 
 def load_then_move(path, device):
-    checkpoint = torch.load(path, map_location="cpu")
-    checkpoint["model"] = {key: tensor.to(device) for key, tensor in checkpoint["model"].items()}
-    return checkpoint
+    return {name: tensor.to(device) for name, tensor in load_file(path).items()}
 
 
-def load_local_rank_from_env(path, device):
-    local_rank = int(os.environ["LOCAL_RANK"])
-    where = torch.device("cuda", local_rank) if device.type == "cuda" else device
-    return torch.load(path, map_location=where)
+def load_safe_open(path, device):
+    with safe_open(path, framework="pt", device=str(device)) as file:
+        return {name: file.get_tensor(name) for name in file.keys()}
 
 
-RIGHT_LOADS = {
-    "device": lambda path, device: torch.load(path, map_location=device),
-    "string": lambda path, device: torch.load(path, map_location=str(device), weights_only=True),
-    "cpu": lambda path, device: torch.load(path, map_location="cpu"),
-    "dict": lambda path, device: torch.load(path, map_location={"cuda:0": str(device)}),
-    "keywords-first": lambda path, device: torch.load(path, weights_only=True,
-                                                      map_location=torch.device(device)),
-    "file-object": lambda path, device: torch.load(open(path, "rb"), map_location=device),  # noqa: SIM115
-    "callable": lambda path, device: torch.load(path,
-                                                map_location=lambda s, tag: s.to(device=device)),
-    "cpu-then-move": load_then_move,
-    "storage-lambda": lambda path, device: torch.load(path, map_location=lambda s, loc: s),
-    "mmap": lambda path, device: torch.load(path, map_location="cpu", mmap=True),
-    "local-rank": load_local_rank_from_env,
-}
+def load_safe_open_module(path, device):
+    with safetensors.safe_open(str(path), "pt", device=str(device)) as file:
+        return {name: file.get_tensor(name) for name in file.keys()}
 
 
-@pytest.mark.parametrize("answer", RIGHT_LOADS.values(), ids=RIGHT_LOADS.keys())
-def test_rank_aware_load_passes_however_written(answer, tmp_path):
-    _status(checks.check_rank_aware_load(answer, folder=tmp_path), checks.PASSED)
-
-
-def load_then_cuda(path, device):
-    checkpoint = torch.load(path, map_location=device)
-    checkpoint["model"] = {key: tensor.cuda() for key, tensor in checkpoint["model"].items()}
-    return checkpoint
-
-
-def load_with_pickle(path, device):
-    import pickle
-
+def load_bytes(path, device):
     with open(path, "rb") as handle:
-        return pickle.load(handle)
+        state = safetensors.torch.load(handle.read())
+    return {name: tensor.to(device) for name, tensor in state.items()}
 
 
-def load_forgets_to_return(path, device):
-    torch.load(path, map_location=device)
+def load_and_update(path, device):
+    state = load_file(path)
+    for name in state:
+        state[name] = state[name].to(device)
+    return state
 
 
-WRONG_LOADS = {
-    "no-map-location": (lambda path, device: torch.load(path), "with no map_location"),
-    "gpu-0": (lambda path, device: torch.load(path, map_location="cuda:0"),
-              "map_location='cuda:0'"),
-    "global-rank": (lambda path, device: torch.load(path,
-                                                    map_location=f"cuda:{os.environ['RANK']}"),
-                    "cuda:RANK (cuda:5)"),
-    "unsafe": (lambda path, device: torch.load(path, map_location=device, weights_only=False),
-               "weights_only=False runs any code"),
-    "only-model": (lambda path, device: torch.load(path, map_location=device)["model"],
-                   "return the whole loaded checkpoint"),
-    "capital-cpu": (lambda path, device: torch.load(path, map_location="CPU"),
-                    "Device names are lower case: 'cpu'"),
-    "bare-cuda": (lambda path, device: torch.load(path, map_location="cuda"),
-                  "map_location='cuda' means the current GPU"),
-    "dict-to-gpu-0": (lambda path, device: torch.load(path, map_location={"cuda:0": "cuda:0"}),
-                      "map_location={'cuda:0': 'cuda:0'}"),
-    "dict-wrong-key": (lambda path, device: torch.load(path, map_location={"cpu": str(device)}),
-                       "map_location={'cpu': 'cuda:1'}"),
-    "then-cuda": (load_then_cuda, "it asks for CUDA"),
-    "pickle": (load_with_pickle, "did not call torch.load"),
-    "no-return": (load_forgets_to_return, "returned None"),
-    "not-a-device": (lambda path, device: torch.load(path, map_location=2), "is not a device"),
+def load_torch_load_mapped(path, device):
+    return {name: tensor.to(device) for name, tensor in
+            torch.load(path, map_location="cpu", weights_only=True).items()}
+
+
+RIGHT_LOAD = {f.__name__: f for f in (
+    load_keyword, load_positional, load_module_attribute, load_then_move, load_safe_open,
+    load_safe_open_module, load_bytes, load_and_update, load_torch_load_mapped)}
+
+
+def no_device(path, device):
+    return load_file(path)
+
+
+def safe_open_no_device(path, device):
+    with safe_open(path, framework="pt") as file:
+        return {name: file.get_tensor(name) for name in file.keys()}
+
+
+def names_the_cpu(path, device):
+    return load_file(path, device="cpu")
+
+
+def torch_device_object(path, device):
+    return load_file(path, device=torch.device(device))
+
+
+def asks_for_cuda(path, device):
+    return load_file(path, device="cuda:0")
+
+
+def moves_dropped(path, device):
+    state = load_file(path)
+    for tensor in state.values():
+        tensor.to(device)
+    return state
+
+
+def torch_load_plain(path, device):
+    return torch.load(path, weights_only=True)
+
+
+def halves(path, device):
+    return {k: v.half() for k, v in load_file(path, device=str(device)).items()}
+
+
+def weights_only_keys(path, device):
+    return {k: v for k, v in load_file(path, device=str(device)).items() if "weight" in k}
+
+
+def returns_model(path, device):
+    model = torch.nn.Linear(4, 3)
+    safetensors.torch.load_model(model, path, strict=False)
+    return model
+
+
+def returns_list_of_tensors(path, device):
+    return list(load_file(path, device=str(device)).values())
+
+
+WRONG_LOAD = {f.__name__: (f, phrases) for f, phrases in (
+    (no_device, ["records no device", "device=str(device)"]),
+    (safe_open_no_device, ["records no device"]),
+    (names_the_cpu, ["you named the CPU yourself"]),
+    (torch_device_object, ["not a torch.device", "str(device)"]),
+    (asks_for_cuda, ["asks for CUDA"]),
+    (moves_dropped, ["threw the result away"]),
+    (torch_load_plain, ["without map_location it puts the tensors on the CPU"]),
+    (halves, ["changed dtype"]),
+    (weights_only_keys, ["return every tensor"]),
+    (returns_model, ["got Linear"]),
+    (returns_list_of_tensors, ["got list"]),
+)}
+
+
+@pytest.mark.parametrize("answer", RIGHT_LOAD.values(), ids=RIGHT_LOAD)
+def test_load_weights_accepts_every_way_of_naming_the_device(answer, tmp_path):
+    _status(checks.check_load_weights(answer, DEVICE, folder=tmp_path), PASSED)
+
+
+@pytest.mark.parametrize(("answer", "phrases"), WRONG_LOAD.values(), ids=WRONG_LOAD)
+def test_load_weights_names_the_mistake(answer, phrases, tmp_path):
+    feedback = checks.check_load_weights(answer, DEVICE, folder=tmp_path)
+    assert_one_line(_status(feedback, FAILED, *phrases))
+
+
+def test_load_weights_reports_the_stub_as_not_attempted(tmp_path):
+    _status(checks.check_load_weights(stub, DEVICE, folder=tmp_path), NOT_ATTEMPTED)
+
+
+# --- Exercise 5: a shared weight --------------------------------------------------------
+
+
+def unique_storages(model):
+    seen, kept = set(), {}
+    for name, tensor in model.state_dict().items():
+        if tensor.data_ptr() not in seen:
+            seen.add(tensor.data_ptr())
+            kept[name] = tensor
+    return kept
+
+
+RIGHT_SAVE = {
+    "save_model": lambda model, path: save_model(model, path),
+    "save_model str": lambda model, path: save_model(model, str(path)),
+    "save_model metadata": lambda model, path: save_model(model, path, {"format": "pt"}),
+    "save_model keyword": lambda model, path: safetensors.torch.save_model(
+        model=model, filename=str(path), force_contiguous=True),
+    "dedup by storage": lambda model, path: save_file(unique_storages(model), path),
+    "explicit keys": lambda model, path: save_file(
+        {k: v for k, v in model.state_dict().items() if k != "decoder.weight"}, path),
+    "detached dedup": lambda model, path: save_file(
+        {k: v.detach() for k, v in unique_storages(model).items()}, path),
+    "on the cpu": lambda model, path: save_model(model.cpu(), path),
 }
 
 
-@pytest.mark.parametrize(("answer", "phrase"), WRONG_LOADS.values(), ids=WRONG_LOADS.keys())
-def test_rank_aware_load_names_each_mistake(answer, phrase, tmp_path):
-    feedback = _status(checks.check_rank_aware_load(answer, folder=tmp_path), checks.FAILED,
-                       phrase)
-    assert_one_line(feedback)
-    others = [checks.check_rank_aware_load(a, folder=tmp_path).message
-              for a, _ in WRONG_LOADS.values() if a is not answer]
-    assert feedback.message not in others
+def plain_save_file(model, path):
+    save_file(model.state_dict(), path)
 
 
-def test_rank_aware_load_stub_is_not_attempted(tmp_path):
-    _status(checks.check_rank_aware_load(stub, folder=tmp_path), checks.NOT_ATTEMPTED)
+def clones(model, path):
+    save_file({k: v.clone() for k, v in model.state_dict().items()}, path)
 
 
-# --- exercise 3: save_on_rank_zero, for real on 2 processes ---------------------------------
+def torch_save(model, path):
+    torch.save(model.state_dict(), path)
 
 
-def save_module_state_dict(ddp, path):
-    if dist.get_rank() == 0:
-        torch.save(ddp.module.state_dict(), path)
-    dist.barrier()
-
-
-def save_with_get_model_state_dict(ddp, path):
-    state = get_model_state_dict(ddp)  # every rank may call it; only rank 0 writes
-    if int(os.environ["RANK"]) == 0:
-        utils.save_atomic(state, path)
-    dist.barrier()
-
-
-def save_if_not_rank(ddp, path):
-    if not dist.get_rank():
-        with open(path, "wb") as handle:
-            torch.save(ddp.module.state_dict(), handle)
-    dist.barrier()
-
-
-def save_prefix_consumed(ddp, path):
-    from torch.nn.modules.utils import consume_prefix_in_state_dict_if_present
-
-    state = ddp.state_dict()
-    consume_prefix_in_state_dict_if_present(state, "module.")  # in place
-    if dist.get_rank() == 0:
-        torch.save(state, path)
-    dist.barrier()
-
-
-def save_prefix_removed(ddp, path):
-    state = {key.removeprefix("module."): value for key, value in ddp.state_dict().items()}
-    if dist.get_rank() == 0:
-        torch.save(state, path)
-    dist.barrier()
-
-
-def save_with_barrier_in_finally(ddp, path):
+def swallowed(model, path):
     try:
-        if dist.get_rank() == 0:
-            torch.save(ddp.module.state_dict(), path)
-    finally:
-        dist.barrier()
+        save_file(model.state_dict(), path)
+    except RuntimeError:
+        pass
 
 
-def save_rank_from_environment(ddp, path):
-    if int(os.environ["RANK"]) == 0:
-        torch.save(ddp.module.state_dict(), path)
-    dist.barrier()
+def other_path(model, path):
+    save_model(model, path.with_name("elsewhere.safetensors"))
 
 
-def save_with_monitored_barrier(ddp, path):
-    if dist.get_rank() == 0:
-        torch.save(ddp.module.state_dict(), path)
-    dist.monitored_barrier()
+def unties(model, path):
+    model.decoder.weight = torch.nn.Parameter(model.decoder.weight.detach().clone())
+    save_model(model, path)
 
 
-def save_cpu_copies(ddp, path):
-    state = {key: value.detach().cpu() for key, value in ddp.module.state_dict().items()}
-    if dist.get_rank() == 0:
-        torch.save(state, path)
-    dist.barrier()
+def renamed(model, path):
+    save_file({f"model.{k}": v for k, v in unique_storages(model).items()}, path)
 
 
-def save_then_rename(ddp, path):
-    if dist.get_rank() == 0:
-        temporary = path + ".tmp"
-        torch.save(ddp.module.state_dict(), temporary)
-        os.replace(temporary, path)
-    dist.barrier()
+def half_precision(model, path):
+    save_file({k: v.half() for k, v in unique_storages(model).items()}, path)
 
 
-def save_with_two_barriers(ddp, path):
-    dist.barrier()  # everyone has finished training
-    if dist.get_rank() == 0:
-        torch.save(ddp.module.state_dict(), path)
-    dist.barrier()
+def encoder_only(model, path):
+    save_file({"encoder.weight": model.encoder.weight.detach()}, path)
 
 
-def save_on_every_rank(ddp, path):
-    torch.save(ddp.module.state_dict(), path)
-    dist.barrier()
+def contiguous_is_no_copy(model, path):
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, path)
 
 
-def save_wrapper_keys(ddp, path):
-    if dist.get_rank() == 0:
-        torch.save(ddp.state_dict(), path)
-    dist.barrier()
+def returns_bytes(model, path):
+    return safetensors.torch.save(unique_storages(model))
 
 
-def save_without_barrier(ddp, path):
-    if dist.get_rank() == 0:
-        torch.save(ddp.module.state_dict(), path)
+WRONG_SAVE = {f.__name__: (f, phrases) for f, phrases in (
+    (plain_save_file, ["save_file refused", "save_model"]),
+    (clones, ["two copies", "cloned"]),
+    (torch_save, ["not safetensors", "torch.save"]),
+    (swallowed, ["no file at tied.safetensors", "try/except"]),
+    (other_path, ["no file at tied.safetensors", "the path you are given"]),
+    (unties, ["untied the model"]),
+    (renamed, ["load_model cannot restore", "Keep the model's own key names"]),
+    (half_precision, ["another dtype"]),
+    (encoder_only, ["the file lacks", "encoder.bias"]),
+    (contiguous_is_no_copy, ["save_file refused"]),
+    (returns_bytes, ["no file at tied.safetensors"]),
+)}
 
 
-def save_barrier_inside_if(ddp, path):
-    if dist.get_rank() == 0:
-        torch.save(ddp.module.state_dict(), path)
-        dist.barrier()
+@pytest.mark.parametrize("answer", RIGHT_SAVE.values(), ids=RIGHT_SAVE)
+def test_save_tied_accepts_every_way_of_writing_the_shared_weight_once(answer, tmp_path):
+    _status(checks.check_save_tied(answer, folder=tmp_path), PASSED)
 
 
-def save_barrier_only_on_readers(ddp, path):
-    if dist.get_rank() == 0:
-        torch.save(ddp.module.state_dict(), path)
-    else:
-        dist.barrier()
+@pytest.mark.parametrize(("answer", "phrases"), WRONG_SAVE.values(), ids=WRONG_SAVE)
+def test_save_tied_names_the_mistake(answer, phrases, tmp_path):
+    assert_one_line(_status(checks.check_save_tied(answer, folder=tmp_path), FAILED, *phrases))
 
 
-def save_the_module_itself(ddp, path):
-    if dist.get_rank() == 0:
-        torch.save(ddp.module, path)
-    dist.barrier()
+def test_save_tied_reports_the_stub_as_not_attempted(tmp_path):
+    _status(checks.check_save_tied(stub, folder=tmp_path), NOT_ATTEMPTED)
 
 
-def save_only_on_rank_one(ddp, path):
-    if dist.get_rank() == 1:
-        torch.save(ddp.module.state_dict(), path)
-    dist.barrier()
+# --- every exercise ----------------------------------------------------------------------
 
 
-def save_one_file_per_rank(ddp, path):
-    torch.save(ddp.module.state_dict(), f"{path}.{dist.get_rank()}")
-    dist.barrier()
+@pytest.mark.parametrize("table", [WRONG_BATCH, WRONG_SPLIT, WRONG_FILL, WRONG_LOAD, WRONG_SAVE],
+                         ids=["batch", "split", "fill", "load", "save"])
+def test_each_table_holds_at_least_ten_wrong_answers(table):
+    assert len(table) >= 10
 
 
-def save_with_dcp(ddp, path):
-    dcp.save({"model": get_model_state_dict(ddp)}, checkpoint_id=path)
-    dist.barrier()
+@pytest.mark.parametrize("table", [RIGHT_BATCH, RIGHT_SPLIT, RIGHT_FILL, RIGHT_LOAD, RIGHT_SAVE],
+                         ids=["batch", "split", "fill", "load", "save"])
+def test_each_table_holds_at_least_eight_right_answers(table):
+    assert len(table) >= 8
 
 
-def save_then_sleep(ddp, path):
-    if dist.get_rank() == 0:
-        torch.save(ddp.module.state_dict(), path)
-    else:
-        time.sleep(3)  # long enough, surely
-
-
-def save_then_poll(ddp, path):
-    if dist.get_rank() == 0:
-        torch.save(ddp.module.state_dict(), path)
-    else:
-        while not os.path.exists(path):
-            time.sleep(0.05)
-
-
-def save_barrier_first(ddp, path):
-    dist.barrier()
-    if dist.get_rank() == 0:
-        torch.save(ddp.module.state_dict(), path)
-
-
-def save_to_another_name(ddp, path):
-    if dist.get_rank() == 0:
-        torch.save(ddp.module.state_dict(), os.path.join(os.path.dirname(path), "model.pt"))
-    dist.barrier()
-
-
-def save_nested(ddp, path):
-    if dist.get_rank() == 0:
-        torch.save({"model": ddp.module.state_dict()}, path)
-    dist.barrier()
-
-
-def save_with_a_notebook_name(ddp, path):
-    if dist.get_rank() == 0:
-        torch.save(ddp.module.state_dict(), checkpoint_path)  # noqa: F821 - a notebook variable
-    dist.barrier()
-
-
-def save_that_raises(ddp, path):
-    if dist.get_rank() == 0:
-        raise ValueError("disk full")
-    dist.barrier()
-
-
-RIGHT_SAVES = [save_module_state_dict, save_with_get_model_state_dict, save_if_not_rank,
-               save_prefix_consumed, save_prefix_removed, save_with_barrier_in_finally,
-               save_rank_from_environment, save_with_monitored_barrier, save_cpu_copies,
-               save_then_rename, save_with_two_barriers]
-WRONG_SAVES = {
-    save_on_every_rank: "ranks 0 and 1 both saved to the same path",
-    save_wrapper_keys: "start with 'module.'",
-    save_without_barrier: "before rank 0 had finished writing",
-    save_barrier_inside_if: "rank 0 called dist.barrier() and rank 1 did not",
-    save_barrier_only_on_readers: "rank 1 called dist.barrier() and rank 0 did not",
-    save_the_module_itself: "saved the module itself (a Sequential)",
-    save_only_on_rank_one: "only rank 1 saved",
-    save_one_file_per_rank: "each rank saved a file of its own (trained.pt.0, trained.pt.1)",
-    save_with_dcp: "you saved with dcp.save",
-    save_then_sleep: "rank 1 waited with time.sleep (3 s in all)",
-    save_then_poll: "rank 1 polled for the file",
-    save_barrier_first: "the barrier came before rank 0's save",
-    save_to_another_name: "rank 0 saved to 'model.pt', not to `path`",
-    save_nested: "the file holds ['model']",
-    save_that_raises: "on rank 0 your function raised `ValueError: disk full`",
-    save_with_a_notebook_name: "gives it only the names the lab lists",
-}
-
-
-#: The wrong answers judged by whether rank 1 found the finished file: only these need a slow save.
-FOUND_NO_FILE = (save_without_barrier, save_barrier_first)
-
-
-@pytest.fixture(scope="module")
-def judged(tmp_path_factory):
-    """One real launch for the whole table; also leaves the sharded checkpoint.
-
-    Rank 0's save sleeps 1 s for the answers whose verdict is "rank 1 found no finished
-    file" (a reader that does not wait at a barrier then finds none) and 0.1 s for the others,
-    whose verdicts cannot depend on it: the right ones' rank 1 waits at the barrier however
-    long the save takes, and the other wrong ones are judged on what the ranks called (saves,
-    barriers, sleeps, polls), before the check looks for the file.
-    """
-    folder = tmp_path_factory.mktemp("lab08")
-    answers = [*RIGHT_SAVES, *WRONG_SAVES]
-    slow_s = [1.0 if answer in FOUND_NO_FILE else 0.1 for answer in answers]
-    started = time.monotonic()
-    verdicts = lab08.judge_saves(answers, folder=str(folder), slow_s=slow_s, timeout_s=240,
-                                 shard=True)
-    print(f"one launch, {len(answers)} answers: {time.monotonic() - started:.1f} s")
-    return folder, dict(zip([a.__name__ for a in answers], verdicts, strict=True))
-
-
-@pytest.mark.parametrize("name", [answer.__name__ for answer in RIGHT_SAVES])
-def test_save_on_rank_zero_passes_however_written(judged, name):
-    _status(judged[1][name], checks.PASSED)
-
-
-@pytest.mark.parametrize(("name", "phrase"), [(a.__name__, p) for a, p in WRONG_SAVES.items()])
-def test_save_on_rank_zero_names_each_mistake(judged, name, phrase):
-    feedback = assert_one_line(_status(judged[1][name], checks.FAILED, phrase))
-    assert [v.message for v in judged[1].values()].count(feedback.message) == 1
-
-
-def test_save_on_rank_zero_passes_alone_and_praises_a_barrier_only_when_there_is_one(tmp_path):
-    _status(checks.check_save_on_rank_zero(save_module_state_dict, folder=str(tmp_path)),
-            checks.PASSED, "a barrier that every rank reaches")
-    # the same launch wrote exercise 4's checkpoint: that check starts no processes
-    assert (tmp_path / "sharded" / ".metadata").exists()
-    with mock.patch.object(lab08, "_run_workers", side_effect=AssertionError("launched")):
-        _status(checks.check_load_sharded(load_in_place, folder=str(tmp_path)), checks.PASSED)
-
-
-def test_a_launch_that_never_ends_is_stopped_with_a_message(tmp_path):
-    def save_waits_for_ever(ddp, path):
-        while True:
-            time.sleep(0.1)
-
-    feedback = lab08.judge_saves([save_waits_for_ever], folder=str(tmp_path), slow_s=0.1,
-                                 timeout_s=5)[0]
-    assert_one_line(_status(feedback, checks.FAILED, "still running after 5 s"))
-
-
-def test_save_on_rank_zero_stub_is_not_attempted_without_starting_processes(tmp_path):
-    def save_on_rank_zero(ddp, path):
-        # YOUR CODE HERE
-        raise NotImplementedError()
-
-    started = time.monotonic()
-    _status(checks.check_save_on_rank_zero(save_on_rank_zero, folder=str(tmp_path)),
-            checks.NOT_ATTEMPTED)
-    assert time.monotonic() - started < 1.0 and not (tmp_path / "lab08_worker.py").exists()
-
-
-# --- exercise 4: load_sharded ---------------------------------------------------------------------
-
-
-def load_in_place(folder, model):
-    state = {"model": model.state_dict()}
-    dcp.load(state, checkpoint_id=folder)
-    model.load_state_dict(state["model"])
-
-
-def load_via_conversion(folder, model):
-    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
-
-    target = os.path.join(folder, "..", "converted.pt")
-    dcp_to_torch_save(folder, target)
-    model.load_state_dict(torch.load(target, weights_only=True)["model"])
-
-
-def load_into_live_tensors(folder, model):
-    dcp.load({"model": model.state_dict()}, checkpoint_id=folder)  # the model's own tensors
-
-
-def load_with_reader(folder, model):
-    state = {"model": model.state_dict()}
-    dcp.load(state, storage_reader=dcp.FileSystemReader(folder))
-    model.load_state_dict(state["model"])
-
-
-def load_with_state_dict_helpers(folder, model):
-    from torch.distributed.checkpoint.state_dict import set_model_state_dict
-
-    state = {"model": get_model_state_dict(model)}
-    dcp.load(state, checkpoint_id=folder)
-    set_model_state_dict(model, state["model"])
-
-
-def load_via_temporary_file(folder, model):
-    import tempfile
-
-    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
-
-    with tempfile.TemporaryDirectory() as scratch:
-        target = os.path.join(scratch, "full.pt")
-        dcp_to_torch_save(folder, target)
-        state = torch.load(target, map_location="cpu", weights_only=True)
-    model.load_state_dict(state["model"])
-
-
-def load_with_no_dist(folder, model):
-    state = {"model": model.state_dict()}
-    dcp.load(state, checkpoint_id=folder, no_dist=True)
-    model.load_state_dict(state["model"])
-
-
-def load_with_a_path_object(folder, model):
-    from pathlib import Path
-
-    state = {"model": model.state_dict()}
-    dcp.load(state, checkpoint_id=Path(folder))
-    model.load_state_dict(state["model"])
-
-
-def load_into_empty_tensors(folder, model):
-    state = {"model": {key: torch.empty_like(value) for key, value in model.state_dict().items()}}
-    dcp.load(state, checkpoint_id=folder)
-    with torch.no_grad():
-        for key, value in model.state_dict().items():
-            value.copy_(state["model"][key])
-
-
-def load_with_assign(folder, model):
-    state = {"model": {key: value.clone() for key, value in model.state_dict().items()}}
-    dcp.load(state, checkpoint_id=folder)
-    model.load_state_dict(state["model"], assign=True)
-
-
-def load_forgets_to_copy(folder, model):
-    state = {"model": {k: v.clone() for k, v in model.state_dict().items()}}
-    dcp.load(state, checkpoint_id=folder)
-
-
-def load_whole_checkpoint_into_model(folder, model):
-    state = {"model": model.state_dict()}
-    dcp.load(state, checkpoint_id=folder)
-    model.load_state_dict({f"model.{k}": v for k, v in state["model"].items()})
-
-
-def load_under_another_name(folder, model):
-    state = {"weights": model.state_dict()}
-    dcp.load(state, checkpoint_id=folder)
-    model.load_state_dict(state["weights"])
-
-
-def load_one_shard_file(folder, model):
-    shard = sorted(name for name in os.listdir(folder) if name.endswith(".distcp"))[0]
-    model.load_state_dict(torch.load(os.path.join(folder, shard), weights_only=True))
-
-
-def load_starts_a_process_group(folder, model):
-    dist.init_process_group("gloo")
-    state = {"model": model.state_dict()}
-    dcp.load(state, checkpoint_id=folder)
-
-
-def load_keys_missing(folder, model):
-    state = {"model": model.state_dict()}
-    dcp.load(state, checkpoint_id=folder)
-    model.load_state_dict({k: v for k, v in state["model"].items() if k.endswith("weight")})
-
-
-def load_wrong_folder(folder, model):
-    state = {"model": model.state_dict()}
-    dcp.load(state, checkpoint_id=os.path.join(folder, "missing"))
-
-
-RIGHT_LOADS_SHARDED = [load_in_place, load_via_conversion, load_into_live_tensors,
-                       load_with_reader, load_with_state_dict_helpers, load_via_temporary_file,
-                       load_with_no_dist, load_with_a_path_object, load_into_empty_tensors,
-                       load_with_assign]
-
-
-@pytest.mark.parametrize("answer", RIGHT_LOADS_SHARDED)
-def test_load_sharded_passes_however_written(judged, answer):
-    _status(checks.check_load_sharded(answer, folder=str(judged[0])), checks.PASSED)
-
-
-WRONG_LOADS_SHARDED = {
-    "torch-load": (lambda folder, model: model.load_state_dict(torch.load(folder)),
-                   "a DCP checkpoint is a folder"),
-    "no-model-key": (lambda folder, model: dcp.load(model.state_dict(), checkpoint_id=folder),
-                     "(it looked for '0."),
-    "no-copy": (load_forgets_to_copy, "dcp.load fills the tensors of the state dict you pass"),
-    "prefixed-keys": (load_whole_checkpoint_into_model, "that is the whole checkpoint"),
-    "other-name": (load_under_another_name, "(it looked for 'weights."),
-    "shard-file": (load_one_shard_file, "a .distcp file holds one rank's pieces"),
-    "process-group": (load_starts_a_process_group, "None is needed"),
-    "keys-missing": (load_keys_missing, "missing keys ['0.bias', '2.bias']"),
-    "wrong-folder": (load_wrong_folder, "no .metadata file there"),
-    "does-nothing": (lambda folder, model: None, "it never called dcp.load"),
-    "not-a-dict": (lambda folder, model: dcp.load([model.state_dict()], checkpoint_id=folder),
-                   "your function raised"),
-    "name-error": (lambda folder, model: dcp.load({"model": model.state_dict()},
-                                                  checkpoint_id=checkpoint_folder),  # noqa: F821
-                   "a typo, or a name from a cell you have not run"),
-}
-
-
-@pytest.mark.parametrize(("answer", "phrase"), WRONG_LOADS_SHARDED.values(),
-                         ids=WRONG_LOADS_SHARDED.keys())
-def test_load_sharded_names_each_mistake(judged, answer, phrase):
-    feedback = assert_one_line(_status(checks.check_load_sharded(answer, folder=str(judged[0])),
-                                       checks.FAILED, phrase))
-    assert ".cpp" not in feedback.message
-
-
-def test_load_sharded_alone_writes_its_own_checkpoint(tmp_path):
-    # no exercise 3 before it: the check starts the 2 processes itself
-    _status(checks.check_load_sharded(load_in_place, folder=str(tmp_path)), checks.PASSED)
-    assert (tmp_path / "sharded" / ".metadata").exists()
-
-
-def test_load_sharded_stub_is_not_attempted(tmp_path):
-    _status(checks.check_load_sharded(stub, folder=str(tmp_path)), checks.NOT_ATTEMPTED)
-    assert not (tmp_path / "sharded").exists()
-
-
-def test_is_unattempted_sees_only_the_bare_stub():
-    def started(ddp, path):
-        print("saving")
-        raise NotImplementedError()
-
-    assert lab08.is_unattempted(stub) and not lab08.is_unattempted(started)
-
-
-def test_a_collective_on_one_rank_only_is_named_after_the_time_limit(tmp_path):
-    def save_all_reduce_on_rank_zero(ddp, path):
-        if dist.get_rank() == 0:
-            torch.save(ddp.module.state_dict(), path)
-            dist.all_reduce(torch.zeros(1))  # rank 1 never joins
-
-    feedback = lab08.judge_saves([save_all_reduce_on_rank_zero], folder=str(tmp_path),
-                                 slow_s=0.1, collective_s=2)[0]
-    assert_one_line(_status(feedback, checks.FAILED, "called on some ranks and not the others"))
-
-
-def test_load_sharded_wrong_answers_get_messages_of_their_own(judged):
-    messages = [checks.check_load_sharded(answer, folder=str(judged[0])).message
-                for answer, _ in WRONG_LOADS_SHARDED.values()]
-    assert len(set(messages)) == len(messages), messages
+def test_a_check_given_a_value_instead_of_a_function_says_so():
+    _status(checks.check_move_batch(42, DEVICE), FAILED, "expected the function you wrote")
