@@ -35,6 +35,13 @@ from labchecks.lab06 import check_atomic_save, check_resume, tiny_training, trai
 from labchecks.lab07 import check_adam_bytes, check_fast_training, check_largest_batch
 from labchecks.lab09 import check_rank_aware_load, check_save_on_rank_zero, check_setup_device
 from labchecks.lab10 import check_load_sharded
+from labchecks.lab08 import (
+    check_fill_model,
+    check_load_weights,
+    check_move_batch,
+    check_run_split,
+    check_save_tied,
+)
 
 __all__ = [
     "CLASS_WEIGHTS",
@@ -50,20 +57,21 @@ __all__ = [
     "check_ddp_checkpoint",
     "check_device_agnostic_model",
     "check_fast_training",
+    "check_fill_model",
     "check_gpu_checkpoint",
     "check_is_predictions",
     "check_largest_batch",
-    "check_load_sharded",
+    "check_load_weights",
     "check_model_and_optimizer",
+    "check_move_batch",
     "check_predict",
     "check_prepare",
-    "check_rank_aware_load",
     "check_resume",
-    "check_save_on_rank_zero",
-    "check_setup_device",
+    "check_run_split",
+    "check_save_tied",
     "check_train_step",
-    "check_training_setup",
     "check_trainable",
+    "check_training_setup",
     "check_where_is_it_now",
     "check_whole_model",
     "mystery_net",

@@ -41,7 +41,8 @@ COURSE_ID = "device-placement"
 GRADER = lessons.ROOT / "labchecks" / "grading.py"
 #: What the labs write next to the notebook: not copied into autograded/ or feedback/.
 IGNORED = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback", "checkpoints",
-           "scratch_lab09", "scratch_lab10", "*.pt", "*.pth", "*.distcp", "my-work"]
+           "scratch_lab08_libraries", "scratch_lab09", "scratch_lab10", "*.pt", "*.pth", "*.distcp",
+           "my-work"]
 CONFIG = '''\
 # nbgrader's configuration for this course, written by tools/classroom.py (edit freely).
 import os

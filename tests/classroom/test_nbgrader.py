@@ -31,6 +31,9 @@ WRONG_ANSWERS = {
     "prepare": ("batch.to(device)", "kept using `batch`"),
     "predict": ("probabilities = probabilities.numpy()", "NumPy arrays live in main memory"),
     "load_gpu_checkpoint": ("return torch.load(path, weights_only=True)", "without map_location"),
+    # Lab 08 (libraries): a tokenizer's batch moved by attribute.
+    "move_batch": ("batch.input_ids = batch.input_ids.to(device)\n    return batch",
+                   "new attribute"),
     # Lab 06: a load that forgets the generators. Not a wrong atomic_save: the lab's
     # save_checkpoint calls the learner's atomic_save, so that mistake costs both checks.
     "load_checkpoint": ("\n    ".join([
