@@ -33,8 +33,6 @@ from labchecks.lab05 import (
 )
 from labchecks.lab06 import check_atomic_save, check_resume, tiny_training, train_epoch
 from labchecks.lab07 import check_adam_bytes, check_fast_training, check_largest_batch
-from labchecks.lab09 import check_rank_aware_load, check_save_on_rank_zero, check_setup_device
-from labchecks.lab10 import check_load_sharded
 from labchecks.lab08 import (
     check_fill_model,
     check_load_weights,
@@ -42,6 +40,8 @@ from labchecks.lab08 import (
     check_run_split,
     check_save_tied,
 )
+from labchecks.lab09 import check_rank_aware_load, check_save_on_rank_zero, check_setup_device
+from labchecks.lab10 import check_load_sharded
 
 __all__ = [
     "CLASS_WEIGHTS",

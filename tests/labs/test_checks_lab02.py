@@ -172,7 +172,7 @@ WRONG_PREPARE = {f.__name__: (f, phrases) for f, phrases in (
 )}
 
 
-# Written fresh, never tuned against (issue 37): a guard, a pinned flag, as_tensor, all
+# Written fresh, never tuned against: a guard, a pinned flag, as_tensor, all
 # keywords; wrong: a branch only a GPU machine runs, and the device's index dropped.
 def prepare_guarded(batch, device):
     return batch if batch.device == torch.device(device) else batch.to(device)
@@ -447,7 +447,7 @@ WRONG_BUILD = {f.__name__: (f, phrases) for f, phrases in (
 )}
 
 
-# Written fresh (issue 37): options, a device block, listed, named, two groups; wrong: an
+# Written fresh: options, a device block, listed, named, two groups; wrong: an
 # optimizer over some of the parameters, a GPU-only branch, the device's index dropped.
 def build_reassigned_with_options(device):
     model = nn.Linear(3, 2)
@@ -648,7 +648,7 @@ def trainable_cuda_branch(values, device):
     return weight.requires_grad_()
 
 
-# Written fresh (issue 37): wrong ones only a GPU machine, or an indexed device, shows.
+# Written fresh: wrong ones only a GPU machine, or an indexed device, shows.
 RIGHT_TRAINABLE.update({
     "fresh: float32, moved, marked":
         lambda v, d: torch.tensor(v, dtype=torch.float32).to(d).requires_grad_(),

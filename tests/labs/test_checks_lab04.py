@@ -162,7 +162,7 @@ WRONG_MODELS = {
 }
 
 
-# Written fresh, never tuned against (issue 37): whole classes in other styles; wrong: noise
+# Written fresh, never tuned against: whole classes in other styles; wrong: noise
 # made on the CPU and copied every forward, a trainable scale, containers the audit sees.
 def fresh_model(init, run):
     class Model(nn.Module):
@@ -681,7 +681,7 @@ WRONG_SETUPS = {
 }
 
 
-# Written fresh (issue 37); wrong: branches only a GPU machine runs, the device's index dropped.
+# Written fresh; wrong: branches only a GPU machine runs, the device's index dropped.
 def setup_weights_made_there(model, device):
     model = model.to(device)
     loss_fn = nn.CrossEntropyLoss(weight=torch.as_tensor([1.0, 2.0, 1.0]).to(device))
@@ -888,7 +888,7 @@ WRONG_PREDICTS = {
 }
 
 
-# Written fresh (issue 37): eval + inference_mode needs no .detach(); wrong: predictions in
+# Written fresh: eval + inference_mode needs no .detach(); wrong: predictions in
 # training mode, a GPU-only branch, the device's index dropped.
 def predict_solution(model, inputs, device):
     model.eval()

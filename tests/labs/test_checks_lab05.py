@@ -338,7 +338,7 @@ if CPU_ONLY:
     })
 
 
-# Written fresh, never tuned against (issue 37): judged as a machine with two GPUs would run
+# Written fresh, never tuned against: judged as a machine with two GPUs would run
 # them, given cuda:1, so a device without its index and a GPU-only branch are seen anywhere.
 def load_then_move(path, device):
     state = torch.load(path, map_location="cpu", weights_only=True)
@@ -456,7 +456,7 @@ def right_prefix_loaders(prefix):
             "re").escape(p), "", k), prefix),
         "partition": strip_with(lambda k, p: k.partition(p)[2] if k.startswith(p) else k, prefix),
         "wrapper or assign=True": wrapper_loads(prefix),
-        # written fresh (issue 37)
+        # written fresh
         "fresh: an OrderedDict": ordered_dict(prefix),
         "fresh: split at the first dot": strip_with(
             lambda k, p: k.split(".", 1)[1] if k.startswith(p) else k, prefix),
@@ -555,7 +555,7 @@ def wrong_prefix_loaders(prefix):
         "prefix left": (make_prefix_loader(prefix, how="none"), [f"still start with {prefix!r}"]),
     }
     other = "_orig_mod." if prefix == "module." else "module."
-    wrong.update({  # written fresh (issue 37)
+    wrong.update({  # written fresh
         "fresh: the other wrapper's prefix stripped": (
             strip_with(lambda k, p: k.removeprefix(other), prefix),
             [f"still start with {prefix!r}"]),

@@ -155,7 +155,7 @@ WRONG_ATOMIC = {f.__name__: (f, phrases) for f, phrases in (
 )}
 
 
-# Written fresh, never tuned against (issue 37).
+# Written fresh, never tuned against.
 def save_path_replace(obj, path):
     partial = Path(path).with_name(Path(path).name + ".part")
     torch.save(obj, partial)
@@ -413,7 +413,7 @@ WRONG_RESUME = {
 }
 
 
-# Written fresh, never tuned against (issue 37).
+# Written fresh, never tuned against.
 def fresh_pair(load_rng=None, map_location="cpu", scheduler="load", assign=False,
                save_rng=None):
     """A save/load pair written another way: the generators in a list, and a loader whose

@@ -183,7 +183,7 @@ RIGHT_TRAININGS = [fast_total_detach, fast_stack_losses, fast_string_device_and_
                    fast_numpy_weights_once]
 
 
-# Written fresh, never tuned against (issue 37). The check also runs each loop as a machine
+# Written fresh, never tuned against. The check also runs each loop as a machine
 # with two GPUs would (given cuda:1), so a branch only a GPU takes is judged here too.
 def fresh_cat_of_views(model, optimizer, features, labels, device, steps):
     features, labels = features.to(device), labels.to(device)
@@ -489,7 +489,7 @@ RIGHT_ADAMS = [adam_loop, adam_comprehension, adam_parts, adam_untyped_storage, 
                adam_float_result, adam_state_dict_free]
 
 
-# Written fresh, never tuned against (issue 37).
+# Written fresh, never tuned against.
 def adam_dedup_by_pointer(model):
     seen, total = set(), 0
     for _, p in model.named_parameters(remove_duplicate=False):
