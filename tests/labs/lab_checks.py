@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-import labchecks as checks
+from labchecks.feedback import Feedback
 
 
 def stub(*args):
@@ -12,7 +12,7 @@ def stub(*args):
     raise NotImplementedError()
 
 
-def assert_feedback(feedback: checks.Feedback, status: str, *phrases: str) -> checks.Feedback:
+def assert_feedback(feedback: Feedback, status: str, *phrases: str) -> Feedback:
     """Assert the check's status and that its message contains each phrase; return it."""
     assert feedback.status == status, str(feedback)
     for phrase in phrases:
@@ -25,7 +25,7 @@ def assert_feedback(feedback: checks.Feedback, status: str, *phrases: str) -> ch
 _CPP_LOCATION = re.compile(r"\.(cpp|cc|cu|h|hpp):\d+")
 
 
-def assert_one_line(feedback: checks.Feedback) -> checks.Feedback:
+def assert_one_line(feedback: Feedback) -> Feedback:
     """Assert the message is one line with no terminal escape codes, traceback or C++ source
     location; return it."""
     assert "\n" not in feedback.message and "\x1b" not in feedback.message, feedback.message

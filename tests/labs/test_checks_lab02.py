@@ -10,7 +10,9 @@ from lab_checks import assert_feedback as _status
 from lab_checks import assert_one_line, stub
 from torch import nn
 
-import labchecks as checks
+from labchecks import feedback
+from labchecks import lab02 as checks
+from labchecks.feedback import FAILED, NOT_ATTEMPTED, PASSED, Feedback
 
 OTHER = torch.device("meta")  # the second device on a CPU-only machine
 
@@ -38,16 +40,16 @@ WRONG_WHERE = {
 
 @pytest.mark.parametrize("answer", RIGHT_WHERE.values(), ids=RIGHT_WHERE)
 def test_where_is_it_now_accepts_every_way_of_saying_cpu(answer):
-    _status(checks.check_where_is_it_now(answer, OTHER), checks.PASSED)
+    _status(checks.check_where_is_it_now(answer, OTHER), PASSED)
 
 
 @pytest.mark.parametrize(("answer", "phrase"), WRONG_WHERE.values(), ids=WRONG_WHERE)
 def test_where_is_it_now_names_the_moves_in_place_misconception(answer, phrase):
-    _status(checks.check_where_is_it_now(answer, OTHER), checks.FAILED, phrase)
+    _status(checks.check_where_is_it_now(answer, OTHER), FAILED, phrase)
 
 
 def test_where_is_it_now_reports_a_stub_as_not_attempted():
-    _status(checks.check_where_is_it_now(stub, OTHER), checks.NOT_ATTEMPTED)
+    _status(checks.check_where_is_it_now(stub, OTHER), NOT_ATTEMPTED)
 
 
 # --- exercise 2: prepare -------------------------------------------------------------------
@@ -166,20 +168,20 @@ WRONG_PREPARE = {f.__name__: (f, phrases) for f, phrases in (
 
 @pytest.mark.parametrize("prepare", RIGHT_PREPARE.values(), ids=RIGHT_PREPARE)
 def test_prepare_accepts_every_correct_style(prepare):
-    _status(checks.check_prepare(prepare, OTHER), checks.PASSED)
+    _status(checks.check_prepare(prepare, OTHER), PASSED)
 
 
 @pytest.mark.parametrize(("prepare", "phrases"), WRONG_PREPARE.values(), ids=WRONG_PREPARE)
 def test_prepare_names_the_misconception_of_each_wrong_answer(prepare, phrases):
-    assert_one_line(_status(checks.check_prepare(prepare, OTHER), checks.FAILED, *phrases))
+    assert_one_line(_status(checks.check_prepare(prepare, OTHER), FAILED, *phrases))
 
 
 def test_prepare_reports_a_stub_as_not_attempted():
-    _status(checks.check_prepare(stub, OTHER), checks.NOT_ATTEMPTED)
+    _status(checks.check_prepare(stub, OTHER), NOT_ATTEMPTED)
 
 
 def test_a_check_given_the_result_instead_of_the_function_says_so():
-    _status(checks.check_prepare(torch.ones(2), OTHER), checks.FAILED, "without calling it")
+    _status(checks.check_prepare(torch.ones(2), OTHER), FAILED, "without calling it")
 
 
 def test_an_overridden_device_is_not_blamed_on_the_result_not_kept():
@@ -253,12 +255,12 @@ WRONG_IS = {
 
 @pytest.mark.parametrize("predict", RIGHT_IS.values(), ids=RIGHT_IS)
 def test_is_predictions_accept_every_way_of_writing_the_right_dict(predict):
-    _status(checks.check_is_predictions(predict), checks.PASSED)
+    _status(checks.check_is_predictions(predict), PASSED)
 
 
 @pytest.mark.parametrize(("answers", "phrases"), WRONG_IS.values(), ids=WRONG_IS)
 def test_is_predictions_name_the_misconception(answers, phrases):
-    _status(checks.check_is_predictions(lambda: answers), checks.FAILED, *phrases)
+    _status(checks.check_is_predictions(lambda: answers), FAILED, *phrases)
 
 
 def test_is_predictions_are_true_facts_on_this_torch():
@@ -274,7 +276,7 @@ def test_a_single_wrong_answer_is_not_called_always_copies():
 
 
 def test_is_predictions_report_a_stub_as_not_attempted():
-    _status(checks.check_is_predictions(stub), checks.NOT_ATTEMPTED)
+    _status(checks.check_is_predictions(stub), NOT_ATTEMPTED)
 
 
 # --- exercise 4: model and optimizer -------------------------------------------------------
@@ -378,12 +380,12 @@ WRONG_BUILD = {f.__name__: (f, phrases) for f, phrases in (
 
 @pytest.mark.parametrize("build", RIGHT_BUILD.values(), ids=RIGHT_BUILD)
 def test_model_and_optimizer_accepts_every_correct_style(build):
-    _status(checks.check_model_and_optimizer(build, OTHER), checks.PASSED)
+    _status(checks.check_model_and_optimizer(build, OTHER), PASSED)
 
 
 @pytest.mark.parametrize(("build", "phrases"), WRONG_BUILD.values(), ids=WRONG_BUILD)
 def test_model_and_optimizer_names_the_misconception(build, phrases):
-    assert_one_line(_status(checks.check_model_and_optimizer(build, OTHER), checks.FAILED,
+    assert_one_line(_status(checks.check_model_and_optimizer(build, OTHER), FAILED,
                             *phrases))
 
 
@@ -393,13 +395,13 @@ def test_an_overridden_device_is_not_blamed_on_a_missing_model_to():
 
 
 def test_model_and_optimizer_stub_is_not_attempted():
-    _status(checks.check_model_and_optimizer(stub, OTHER), checks.NOT_ATTEMPTED)
+    _status(checks.check_model_and_optimizer(stub, OTHER), NOT_ATTEMPTED)
 
 
-@pytest.mark.parametrize("status", [checks.PASSED, checks.FAILED, checks.NOT_ATTEMPTED])
+@pytest.mark.parametrize("status", [PASSED, FAILED, NOT_ATTEMPTED])
 def test_feedback_is_truthy_only_when_passed(status):
-    feedback = checks.Feedback("Exercise 9", status, "message")
-    assert bool(feedback) == (status == checks.PASSED)
+    feedback = Feedback("Exercise 9", status, "message")
+    assert bool(feedback) == (status == PASSED)
     assert str(feedback).endswith("Exercise 9: message")
 
 
@@ -407,7 +409,7 @@ def test_pytorchs_own_not_implemented_error_is_a_failure_not_an_unattempted_exer
     def prepare(batch, device):
         return torch.empty(2, device="meta").to("cpu")  # "Cannot copy out of meta tensor"
 
-    _status(checks.check_prepare(prepare, OTHER), checks.FAILED, "Cannot copy out of meta tensor")
+    _status(checks.check_prepare(prepare, OTHER), FAILED, "Cannot copy out of meta tensor")
 
 
 # --- one-line explanations of raised errors ------------------------------------------------
@@ -417,13 +419,13 @@ def test_explanations_strip_terminal_escape_codes_and_keep_one_line():
     error = RuntimeError("Weights only load failed. \x1b[1mdo those steps only if you trust "
                          "the source\x1b[0m.\n\t(1) ...\nWeightsUnpickler error: Unsupported "
                          "global: GLOBAL labchecks.lab05.MysteryNet was not an allowed global")
-    text = checks.feedback.explain(error)
+    text = feedback.explain(error)
     assert "\x1b" not in text and "\n" not in text
     assert "labchecks.lab05.MysteryNet" in text and "don't" in text
 
 
 def test_a_long_first_line_is_cut():
-    assert len(checks.feedback.first_line(ValueError("x" * 500))) < 230
+    assert len(feedback.first_line(ValueError("x" * 500))) < 230
 
 
 def test_a_device_fixed_in_the_function_is_caught_even_when_it_matches_the_device_asked_for():
@@ -438,8 +440,8 @@ def test_a_device_fixed_in_the_function_is_caught_even_when_it_matches_the_devic
         model = nn.Linear(3, 2).to(device)
         return model, torch.optim.Adagrad(model.parameters())
 
-    _status(checks.check_prepare(prepare, OTHER), checks.FAILED, "sets `device = ...` itself")
-    _status(checks.check_model_and_optimizer(build, OTHER), checks.FAILED, "asked for cpu",
+    _status(checks.check_prepare(prepare, OTHER), FAILED, "sets `device = ...` itself")
+    _status(checks.check_model_and_optimizer(build, OTHER), FAILED, "asked for cpu",
             "sets `device = ...` itself")
 
 
@@ -494,12 +496,12 @@ WRONG_TRAINABLE = {
 
 @pytest.mark.parametrize("make", RIGHT_TRAINABLE.values(), ids=RIGHT_TRAINABLE)
 def test_trainable_accepts_every_way_of_making_a_leaf_on_the_device(make):
-    _status(checks.check_trainable(make, OTHER), checks.PASSED)
+    _status(checks.check_trainable(make, OTHER), PASSED)
 
 
 @pytest.mark.parametrize(("make", "phrase"), WRONG_TRAINABLE.values(), ids=WRONG_TRAINABLE)
 def test_trainable_names_each_mistake_in_one_line(make, phrase):
-    assert_one_line(_status(checks.check_trainable(make, OTHER), checks.FAILED, phrase))
+    assert_one_line(_status(checks.check_trainable(make, OTHER), FAILED, phrase))
 
 
 def test_each_trainable_mistake_gets_its_own_message():
@@ -509,7 +511,7 @@ def test_each_trainable_mistake_gets_its_own_message():
 
 
 def test_trainable_stub_is_not_attempted():
-    _status(checks.check_trainable(stub, OTHER), checks.NOT_ATTEMPTED)
+    _status(checks.check_trainable(stub, OTHER), NOT_ATTEMPTED)
 
 
 def test_every_right_trainable_answer_trains_where_the_tensor_is_made():

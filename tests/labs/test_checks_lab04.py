@@ -11,7 +11,8 @@ from lab_checks import assert_feedback as _status
 from lab_checks import assert_one_line, stub
 from torch import nn
 
-import labchecks as checks
+from labchecks import lab04 as checks
+from labchecks.feedback import FAILED, NOT_ATTEMPTED, PASSED
 
 DEVICE, OTHER = torch.device("cpu"), torch.device("meta")
 
@@ -123,7 +124,7 @@ RIGHT_MODELS = {
 
 @pytest.mark.parametrize("build", RIGHT_MODELS.values(), ids=RIGHT_MODELS)
 def test_model_accepts_every_correct_style(build):
-    _status(checks.check_device_agnostic_model(build, DEVICE, OTHER), checks.PASSED)
+    _status(checks.check_device_agnostic_model(build, DEVICE, OTHER), PASSED)
 
 
 def build_with_outer_device():
@@ -164,7 +165,7 @@ WRONG_MODELS = {
 @pytest.mark.parametrize(("build", "phrases"), WRONG_MODELS.values(), ids=WRONG_MODELS)
 def test_model_names_the_misconception_of_each_wrong_answer(build, phrases):
     assert_one_line(_status(checks.check_device_agnostic_model(build, DEVICE, OTHER),
-                            checks.FAILED, *phrases))
+                            FAILED, *phrases))
 
 
 def test_an_outer_device_name_is_not_blamed_on_a_missing_device_argument():
@@ -185,19 +186,19 @@ def test_the_noise_check_leaves_the_learners_random_numbers_alone():
 
 def test_model_passes_the_device_agnostic_solution():
     _status(checks.check_device_agnostic_model(make_build_model(), DEVICE, OTHER),
-            checks.PASSED, "meta")
+            PASSED, "meta")
 
 
 def test_model_names_the_plain_tensor_attribute():
     feedback = _status(checks.check_device_agnostic_model(make_build_model("attribute"),
-                                                          DEVICE, OTHER), checks.FAILED,
+                                                          DEVICE, OTHER), FAILED,
                        "`self.scale` is a plain tensor attribute", "register_buffer")
     assert "ModuleList" not in feedback.message
 
 
 def test_model_names_the_python_list_of_layers_once():
     feedback = _status(checks.check_device_agnostic_model(make_build_model("list"),
-                                                          DEVICE, OTHER), checks.FAILED,
+                                                          DEVICE, OTHER), FAILED,
                        "`self.blocks` is a Python list of layers", "nn.ModuleList")
     assert feedback.message.count("self.blocks") == 1
     assert "register_buffer" not in feedback.message
@@ -210,20 +211,20 @@ def test_model_with_both_init_bugs_names_both():
             self.blocks = [nn.Linear(4, 4)]
             self.scale = torch.ones(4)
 
-    _status(checks.check_device_agnostic_model(Both, DEVICE, OTHER), checks.FAILED,
+    _status(checks.check_device_agnostic_model(Both, DEVICE, OTHER), FAILED,
             "2 problem(s)", "self.scale", "self.blocks")
 
 
 def test_model_names_the_tensor_made_in_forward_without_device():
     feedback = _status(checks.check_device_agnostic_model(make_build_model("noise"),
-                                                          DEVICE, OTHER), checks.FAILED,
+                                                          DEVICE, OTHER), FAILED,
                        "made inside forward without `device=`", "randn_like")
     assert "is not on the expected device" in feedback.message  # PyTorch's words, quoted
 
 
 def test_model_names_a_hard_coded_cuda_in_forward():
     _status(checks.check_device_agnostic_model(make_build_model("cuda-noise"), DEVICE, OTHER),
-            checks.FAILED, "hard-coded 'cuda'", "`.to(device)`")
+            FAILED, "hard-coded 'cuda'", "`.to(device)`")
 
 
 def test_a_mismatch_naming_an_accelerator_nobody_asked_for_is_a_hard_coded_device():
@@ -239,27 +240,27 @@ def test_a_mismatch_naming_an_accelerator_nobody_asked_for_is_a_hard_coded_devic
 
 def test_model_that_dropped_the_noise_is_told_to_keep_it():
     _status(checks.check_device_agnostic_model(make_build_model("no-noise"), DEVICE, OTHER),
-            checks.FAILED, "you removed the noise")
+            FAILED, "you removed the noise")
 
 
 @pytest.mark.parametrize("bug", ["stub-init", "stub-forward"])
 def test_model_stub_is_not_attempted(bug):
     _status(checks.check_device_agnostic_model(make_build_model(bug), DEVICE, OTHER),
-            checks.NOT_ATTEMPTED)
+            NOT_ATTEMPTED)
 
 
 def test_model_stub_factory_is_not_attempted():
-    _status(checks.check_device_agnostic_model(stub, DEVICE, OTHER), checks.NOT_ATTEMPTED)
+    _status(checks.check_device_agnostic_model(stub, DEVICE, OTHER), NOT_ATTEMPTED)
 
 
 def test_model_given_an_instance_asks_for_the_function():
-    _status(checks.check_device_agnostic_model(nn.Linear(4, 3), DEVICE, OTHER), checks.FAILED,
+    _status(checks.check_device_agnostic_model(nn.Linear(4, 3), DEVICE, OTHER), FAILED,
             "without calling it")
 
 
 def test_model_with_wrong_output_shape_is_caught():
     _status(checks.check_device_agnostic_model(lambda: nn.Linear(4, 2), DEVICE, OTHER),
-            checks.FAILED, "shape (batch, 3)")
+            FAILED, "shape (batch, 3)")
 
 
 # --- exercise 2: the setup ---------------------------------------------------------------
@@ -275,7 +276,7 @@ def good_build_training(model, device):
 
 
 def test_setup_passes_the_device_agnostic_solution():
-    _status(checks.check_training_setup(good_build_training, DEVICE, OTHER), checks.PASSED)
+    _status(checks.check_training_setup(good_build_training, DEVICE, OTHER), PASSED)
 
 
 def test_setup_names_the_bare_cuda():
@@ -285,7 +286,7 @@ def test_setup_names_the_bare_cuda():
         return model, loss_fn, torch.optim.SGD(model.parameters(), lr=0.1)
 
     feedback = _status(checks.check_training_setup(build_training, DEVICE, OTHER),
-                       checks.FAILED, "hard-coded 'cuda'")
+                       FAILED, "hard-coded 'cuda'")
     if not torch.cuda.is_available():  # PyTorch's own words, quoted: this build's, whichever
         with pytest.raises(Exception) as raised:  # noqa: B017 - each build raises its own type
             torch.ones(1).cuda()
@@ -299,7 +300,7 @@ def test_setup_names_an_ignored_device_argument():
         loss_fn = nn.CrossEntropyLoss(weight=torch.tensor(WEIGHTS)).to(device)
         return model, loss_fn, torch.optim.SGD(model.parameters(), lr=0.1)
 
-    _status(checks.check_training_setup(build_training, DEVICE, OTHER), checks.FAILED,
+    _status(checks.check_training_setup(build_training, DEVICE, OTHER), FAILED,
             "ignores its `device` argument")
 
 
@@ -309,7 +310,7 @@ def test_setup_names_the_loss_weights_left_on_the_cpu():
         loss_fn = nn.CrossEntropyLoss(weight=torch.tensor(WEIGHTS))
         return model, loss_fn, torch.optim.SGD(model.parameters(), lr=0.1)
 
-    _status(checks.check_training_setup(build_training, DEVICE, OTHER), checks.FAILED,
+    _status(checks.check_training_setup(build_training, DEVICE, OTHER), FAILED,
             "class weights are on cpu", "loss_fn.to(device)")
 
 
@@ -318,7 +319,7 @@ def test_setup_names_the_model_not_moved():
         loss_fn = nn.CrossEntropyLoss(weight=torch.tensor(WEIGHTS)).to(device)
         return model, loss_fn, torch.optim.SGD(model.parameters(), lr=0.1)
 
-    _status(checks.check_training_setup(build_training, DEVICE, OTHER), checks.FAILED,
+    _status(checks.check_training_setup(build_training, DEVICE, OTHER), FAILED,
             "the model is still on cpu", "in place")
 
 
@@ -329,7 +330,7 @@ def test_setup_names_the_optimizer_built_before_the_move():
         loss_fn = nn.CrossEntropyLoss(weight=torch.tensor(WEIGHTS)).to(device)
         return model, loss_fn, optimizer
 
-    _status(checks.check_training_setup(build_training, DEVICE, OTHER), checks.FAILED,
+    _status(checks.check_training_setup(build_training, DEVICE, OTHER), FAILED,
             "Move the model first, then build the optimizer")
 
 
@@ -343,18 +344,18 @@ def test_setup_catches_changed_or_missing_class_weights():
         model.to(device)
         return model, nn.CrossEntropyLoss(), torch.optim.SGD(model.parameters(), lr=0.1)
 
-    _status(checks.check_training_setup(changed, DEVICE, OTHER), checks.FAILED, "do not change")
-    _status(checks.check_training_setup(missing, DEVICE, OTHER), checks.FAILED,
+    _status(checks.check_training_setup(changed, DEVICE, OTHER), FAILED, "do not change")
+    _status(checks.check_training_setup(missing, DEVICE, OTHER), FAILED,
             "keep the class weights")
 
 
 def test_setup_asks_for_a_triple():
     _status(checks.check_training_setup(lambda model, device: model, DEVICE, OTHER),
-            checks.FAILED, "return a triple")
+            FAILED, "return a triple")
 
 
 def test_setup_stub_is_not_attempted():
-    _status(checks.check_training_setup(stub, DEVICE, OTHER), checks.NOT_ATTEMPTED)
+    _status(checks.check_training_setup(stub, DEVICE, OTHER), NOT_ATTEMPTED)
 
 
 # --- exercise 3: the training step -------------------------------------------------------
@@ -379,30 +380,30 @@ def make_train_step(move_inputs: bool = True, move_targets: bool = True, keep: b
 
 
 def test_train_step_passes_the_device_agnostic_solution():
-    _status(checks.check_train_step(make_train_step(), DEVICE, OTHER), checks.PASSED)
+    _status(checks.check_train_step(make_train_step(), DEVICE, OTHER), PASSED)
 
 
 def test_train_step_names_the_inputs_not_moved():
     feedback = _status(checks.check_train_step(make_train_step(move_inputs=False), DEVICE,
-                                               OTHER), checks.FAILED,
+                                               OTHER), FAILED,
                        "The inputs stay on the CPU", "inputs = inputs.to(device)")
     assert "targets stay" not in feedback.message
 
 
 def test_train_step_names_inputs_moved_but_not_kept_as_inputs_not_moved():
-    _status(checks.check_train_step(make_train_step(keep=False), DEVICE, OTHER), checks.FAILED,
+    _status(checks.check_train_step(make_train_step(keep=False), DEVICE, OTHER), FAILED,
             "The inputs stay on the CPU", "Tensor.to returns a new tensor")
 
 
 def test_train_step_names_the_targets_not_moved():
     feedback = _status(checks.check_train_step(make_train_step(move_targets=False), DEVICE,
-                                               OTHER), checks.FAILED,
+                                               OTHER), FAILED,
                        "The targets stay on the CPU", "Moving the model never moves the data")
     assert "inputs stay" not in feedback.message
 
 
 def test_train_step_of_the_script_names_both():
-    _status(checks.check_train_step(make_train_step(False, False), DEVICE, OTHER), checks.FAILED,
+    _status(checks.check_train_step(make_train_step(False, False), DEVICE, OTHER), FAILED,
             "The inputs stay on the CPU", "The targets stay on the CPU")
 
 
@@ -410,7 +411,7 @@ def test_train_step_names_a_hard_coded_cuda():
     def train_step(model, loss_fn, optimizer, inputs, targets, device):
         return make_train_step()(model, loss_fn, optimizer, inputs.cuda(), targets.cuda(), device)
 
-    _status(checks.check_train_step(train_step, DEVICE, OTHER), checks.FAILED,
+    _status(checks.check_train_step(train_step, DEVICE, OTHER), FAILED,
             "hard-coded 'cuda'")
 
 
@@ -418,12 +419,12 @@ def test_train_step_without_optimizer_step_is_caught():
     def train_step(model, loss_fn, optimizer, inputs, targets, device):
         return loss_fn(model(inputs.to(device)), targets.to(device)).detach()
 
-    _status(checks.check_train_step(train_step, DEVICE, OTHER), checks.FAILED,
+    _status(checks.check_train_step(train_step, DEVICE, OTHER), FAILED,
             "weights did not change")
 
 
 def test_train_step_stub_is_not_attempted():
-    _status(checks.check_train_step(stub, DEVICE, OTHER), checks.NOT_ATTEMPTED)
+    _status(checks.check_train_step(stub, DEVICE, OTHER), NOT_ATTEMPTED)
 
 
 # --- exercise 4: predict -----------------------------------------------------------------
@@ -439,30 +440,30 @@ def make_predict(ending):
 
 def test_predict_passes_detach_cpu_numpy():
     _status(checks.check_predict(make_predict(lambda p: p.detach().cpu().numpy()), DEVICE,
-                                 OTHER), checks.PASSED)
+                                 OTHER), PASSED)
 
 
 def test_predict_passes_numpy_force():
     _status(checks.check_predict(make_predict(lambda p: p.numpy(force=True)), DEVICE, OTHER),
-            checks.PASSED)
+            PASSED)
 
 
 def test_predict_names_numpy_on_a_device_tensor():
     feedback = _status(checks.check_predict(make_predict(lambda p: p.detach().numpy()), DEVICE,
-                                            OTHER), checks.FAILED,
+                                            OTHER), FAILED,
                        "can't convert meta device type tensor to numpy", "main memory")
     assert "requires grad" not in feedback.message
 
 
 def test_predict_names_numpy_on_a_tensor_that_requires_grad():
     _status(checks.check_predict(make_predict(lambda p: p.cpu().numpy()), DEVICE, OTHER),
-            checks.FAILED, "requires grad", ".detach()")
+            FAILED, "requires grad", ".detach()")
 
 
 def test_predict_of_the_script_is_told_about_the_device_first():
     """The script's bare `.numpy()` fails twice on the CPU; the device is named first."""
     _status(checks.check_predict(make_predict(lambda p: p.numpy()), DEVICE, OTHER),
-            checks.FAILED, "can't convert meta device type tensor", ".detach().cpu().numpy()")
+            FAILED, "can't convert meta device type tensor", ".detach().cpu().numpy()")
 
 
 @pytest.mark.parametrize(("device", "other", "expected"), [
@@ -476,16 +477,16 @@ def test_checks_run_on_the_accelerator_first_then_the_cpu(device, other, expecte
 
 def test_predict_returning_a_tensor_is_told_to_return_numpy():
     _status(checks.check_predict(make_predict(lambda p: p.detach()), DEVICE, OTHER),
-            checks.FAILED, "return a NumPy array")
+            FAILED, "return a NumPy array")
 
 
 def test_predict_returning_other_numbers_is_caught():
     _status(checks.check_predict(make_predict(lambda p: np.zeros((5, 3), np.float32)), DEVICE,
-                                 OTHER), checks.FAILED, "class probabilities")
+                                 OTHER), FAILED, "class probabilities")
 
 
 def test_predict_stub_is_not_attempted():
-    _status(checks.check_predict(stub, DEVICE, OTHER), checks.NOT_ATTEMPTED)
+    _status(checks.check_predict(stub, DEVICE, OTHER), NOT_ATTEMPTED)
 
 
 def test_meta_raises_where_the_checks_rely_on_it():
@@ -584,12 +585,12 @@ WRONG_SETUPS = {
 
 @pytest.mark.parametrize("build", RIGHT_SETUPS.values(), ids=RIGHT_SETUPS)
 def test_setup_accepts_every_correct_style(build):
-    _status(checks.check_training_setup(build, DEVICE, OTHER), checks.PASSED)
+    _status(checks.check_training_setup(build, DEVICE, OTHER), PASSED)
 
 
 @pytest.mark.parametrize(("build", "phrases"), WRONG_SETUPS.values(), ids=WRONG_SETUPS)
 def test_setup_names_the_misconception(build, phrases):
-    assert_one_line(_status(checks.check_training_setup(build, DEVICE, OTHER), checks.FAILED,
+    assert_one_line(_status(checks.check_training_setup(build, DEVICE, OTHER), FAILED,
                             *phrases))
 
 
@@ -636,12 +637,12 @@ WRONG_STEPS = {
 
 @pytest.mark.parametrize("step", RIGHT_STEPS.values(), ids=RIGHT_STEPS)
 def test_train_step_accepts_every_correct_style(step):
-    _status(checks.check_train_step(step, DEVICE, OTHER), checks.PASSED)
+    _status(checks.check_train_step(step, DEVICE, OTHER), PASSED)
 
 
 @pytest.mark.parametrize(("step", "phrases"), WRONG_STEPS.values(), ids=WRONG_STEPS)
 def test_train_step_names_the_misconception(step, phrases):
-    assert_one_line(_status(checks.check_train_step(step, DEVICE, OTHER), checks.FAILED,
+    assert_one_line(_status(checks.check_train_step(step, DEVICE, OTHER), FAILED,
                             *phrases))
 
 
@@ -678,12 +679,12 @@ WRONG_PREDICTS = {
 
 @pytest.mark.parametrize("predict", RIGHT_PREDICTS.values(), ids=RIGHT_PREDICTS)
 def test_predict_accepts_every_correct_style(predict):
-    _status(checks.check_predict(predict, DEVICE, OTHER), checks.PASSED)
+    _status(checks.check_predict(predict, DEVICE, OTHER), PASSED)
 
 
 @pytest.mark.parametrize(("predict", "phrases"), WRONG_PREDICTS.values(), ids=WRONG_PREDICTS)
 def test_predict_names_the_misconception(predict, phrases):
-    assert_one_line(_status(checks.check_predict(predict, DEVICE, OTHER), checks.FAILED,
+    assert_one_line(_status(checks.check_predict(predict, DEVICE, OTHER), FAILED,
                             *phrases))
 
 

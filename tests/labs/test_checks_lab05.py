@@ -10,8 +10,9 @@ from lab_checks import assert_one_line, stub
 from torch import nn
 from torch.nn.modules.utils import consume_prefix_in_state_dict_if_present
 
-import labchecks as checks
 from labchecks import lab05
+from labchecks import lab05 as checks
+from labchecks.feedback import FAILED, NOT_ATTEMPTED, PASSED
 
 CPU_ONLY = not torch.cuda.is_available()
 
@@ -25,21 +26,21 @@ def test_gpu_checkpoint_passes_map_location_device(tmp_path):
     def good(path, device):
         return torch.load(path, map_location=device, weights_only=True)
 
-    _status(checks.check_gpu_checkpoint(good, "cpu", folder=tmp_path), checks.PASSED)
+    _status(checks.check_gpu_checkpoint(good, "cpu", folder=tmp_path), PASSED)
 
 
 @pytest.mark.skipif(not CPU_ONLY, reason="the genuine error needs a machine without CUDA")
 def test_gpu_checkpoint_catches_a_missing_map_location(tmp_path):
     _status(checks.check_gpu_checkpoint(lambda path, device: torch.load(path), "cpu",
                                         folder=tmp_path),
-            checks.FAILED, "without map_location", "'cuda:0'", "Attempting to deserialize")
+            FAILED, "without map_location", "'cuda:0'", "Attempting to deserialize")
 
 
 @pytest.mark.skipif(not CPU_ONLY, reason="'cuda' is a real device on a GPU machine")
 def test_gpu_checkpoint_catches_map_location_cuda_on_a_cpu_machine(tmp_path):
     _status(checks.check_gpu_checkpoint(lambda p, d: torch.load(p, map_location="cuda"), "cpu",
                                         folder=tmp_path),
-            checks.FAILED, "map_location='cuda' names a device this machine does not have")
+            FAILED, "map_location='cuda' names a device this machine does not have")
 
 
 @pytest.mark.skipif(not CPU_ONLY, reason="the cuda:1 tag loads where there are two GPUs")
@@ -47,21 +48,21 @@ def test_gpu_checkpoint_catches_a_dict_that_misses_a_tag(tmp_path):
     def only_cuda0(path, device):
         return torch.load(path, map_location={"cuda:0": str(device)})
 
-    _status(checks.check_gpu_checkpoint(only_cuda0, "cpu", folder=tmp_path), checks.FAILED,
+    _status(checks.check_gpu_checkpoint(only_cuda0, "cpu", folder=tmp_path), FAILED,
             "remaps only the tags it lists", "cuda:0")
 
 
 def test_gpu_checkpoint_catches_an_ignored_device_argument(tmp_path):
     _status(checks.check_gpu_checkpoint(lambda p, d: torch.load(p, map_location="cpu"), "cpu",
                                         folder=tmp_path),
-            checks.FAILED, "ignores its `device` argument", "meta")
+            FAILED, "ignores its `device` argument", "meta")
 
 
 def test_gpu_checkpoint_catches_weights_only_false(tmp_path):
     def unsafe(path, device):
         return torch.load(path, map_location=device, weights_only=False)
 
-    _status(checks.check_gpu_checkpoint(unsafe, "cpu", folder=tmp_path), checks.FAILED,
+    _status(checks.check_gpu_checkpoint(unsafe, "cpu", folder=tmp_path), FAILED,
             "weights_only=False")
 
 
@@ -71,12 +72,12 @@ def test_gpu_checkpoint_catches_returning_a_model(tmp_path):
         model.load_state_dict(torch.load(path, map_location="cpu"))
         return model
 
-    _status(checks.check_gpu_checkpoint(returns_model, "cpu", folder=tmp_path), checks.FAILED,
+    _status(checks.check_gpu_checkpoint(returns_model, "cpu", folder=tmp_path), FAILED,
             "return the loaded state dict")
 
 
 def test_gpu_checkpoint_stub_is_not_attempted(tmp_path):
-    _status(checks.check_gpu_checkpoint(stub, "cpu", folder=tmp_path), checks.NOT_ATTEMPTED)
+    _status(checks.check_gpu_checkpoint(stub, "cpu", folder=tmp_path), NOT_ATTEMPTED)
 
 
 # --- Exercises 2 and 3 --------------------------------------------------------------------
@@ -100,7 +101,7 @@ CHECKS = {"module.": checks.check_ddp_checkpoint, "_orig_mod.": checks.check_com
 
 @pytest.mark.parametrize("prefix", CHECKS)
 def test_prefixed_checkpoint_passes_when_only_the_leading_prefix_goes(tmp_path, prefix):
-    _status(CHECKS[prefix](make_prefix_loader(prefix), folder=tmp_path), checks.PASSED, prefix)
+    _status(CHECKS[prefix](make_prefix_loader(prefix), folder=tmp_path), PASSED, prefix)
 
 
 @pytest.mark.parametrize("prefix", CHECKS)
@@ -112,20 +113,20 @@ def test_prefixed_checkpoint_passes_utils_strip_wrapper_prefixes(tmp_path, prefi
         model.load_state_dict(utils.strip_wrapper_prefixes(state))
         return model
 
-    _status(CHECKS[prefix](load, folder=tmp_path), checks.PASSED)
+    _status(CHECKS[prefix](load, folder=tmp_path), PASSED)
 
 
 @pytest.mark.parametrize("prefix", CHECKS)
 def test_prefixed_checkpoint_catches_keys_left_prefixed(tmp_path, prefix):
     _status(CHECKS[prefix](make_prefix_loader(prefix, how="none"), folder=tmp_path),
-            checks.FAILED, f"still start with {prefix!r}")
+            FAILED, f"still start with {prefix!r}")
 
 
 @pytest.mark.parametrize("prefix", CHECKS)
 def test_prefixed_checkpoint_catches_strict_false_hiding_missing_keys(tmp_path, prefix):
     _status(CHECKS[prefix](make_prefix_loader(prefix, how="none", strict=False),
                            folder=tmp_path),
-            checks.FAILED, f"still start with {prefix!r}", "strict=False hid the mismatch")
+            FAILED, f"still start with {prefix!r}", "strict=False hid the mismatch")
 
 
 def test_compiled_checkpoint_catches_stripping_the_wrong_prefix(tmp_path):
@@ -135,20 +136,20 @@ def test_compiled_checkpoint_catches_stripping_the_wrong_prefix(tmp_path):
         model.load_state_dict(state)
         return model
 
-    _status(checks.check_compiled_checkpoint(wrong_prefix, folder=tmp_path), checks.FAILED,
+    _status(checks.check_compiled_checkpoint(wrong_prefix, folder=tmp_path), FAILED,
             "still start with '_orig_mod.'")
 
 
 def test_ddp_checkpoint_catches_replace_that_rewrites_inner_names(tmp_path):
     _status(checks.check_ddp_checkpoint(make_prefix_loader("module.", how="replace"),
                                         folder=tmp_path),
-            checks.FAILED, "'module.submodule.weight' became 'subweight'", "removeprefix")
+            FAILED, "'module.submodule.weight' became 'subweight'", "removeprefix")
 
 
 def test_ddp_checkpoint_catches_replace_hidden_by_strict_false(tmp_path):
     _status(checks.check_ddp_checkpoint(make_prefix_loader("module.", "replace", strict=False),
                                         folder=tmp_path),
-            checks.FAILED, "became 'subweight'", "strict=False hid the mismatch")
+            FAILED, "became 'subweight'", "strict=False hid the mismatch")
 
 
 def test_replace_really_corrupts_a_key_that_consume_prefix_keeps():
@@ -166,7 +167,7 @@ def test_ddp_checkpoint_catches_loading_into_another_model(tmp_path):
         other.load_state_dict(state)
         return other
 
-    _status(checks.check_ddp_checkpoint(loads_elsewhere, folder=tmp_path), checks.FAILED,
+    _status(checks.check_ddp_checkpoint(loads_elsewhere, folder=tmp_path), FAILED,
             "into `model` itself")
 
 
@@ -177,13 +178,13 @@ def test_ddp_checkpoint_catches_weights_only_false(tmp_path):
         model.load_state_dict(state)
         return model
 
-    _status(checks.check_ddp_checkpoint(unsafe, folder=tmp_path), checks.FAILED,
+    _status(checks.check_ddp_checkpoint(unsafe, folder=tmp_path), FAILED,
             "weights_only=False")
 
 
 @pytest.mark.parametrize("prefix", CHECKS)
 def test_prefixed_checkpoint_stub_is_not_attempted(tmp_path, prefix):
-    _status(CHECKS[prefix](stub, folder=tmp_path), checks.NOT_ATTEMPTED)
+    _status(CHECKS[prefix](stub, folder=tmp_path), NOT_ATTEMPTED)
 
 
 # --- Exercise 4 ---------------------------------------------------------------------------
@@ -199,7 +200,7 @@ def good_whole_loader(path, trusted):
 
 
 def test_whole_model_passes_inspect_then_safe_globals(tmp_path):
-    _status(checks.check_whole_model(good_whole_loader, folder=tmp_path), checks.PASSED)
+    _status(checks.check_whole_model(good_whole_loader, folder=tmp_path), PASSED)
 
 
 def test_whole_model_passes_safe_globals_alone(tmp_path):
@@ -207,20 +208,20 @@ def test_whole_model_passes_safe_globals_alone(tmp_path):
         with torch.serialization.safe_globals(trusted):
             return torch.load(path, weights_only=True)
 
-    _status(checks.check_whole_model(safe_globals_only, folder=tmp_path), checks.PASSED)
+    _status(checks.check_whole_model(safe_globals_only, folder=tmp_path), PASSED)
 
 
 def test_whole_model_catches_weights_only_false_and_leaves_no_marker(tmp_path):
     before = list(lab05.MARKERS)
     _status(checks.check_whole_model(lambda p, t: torch.load(p, weights_only=False),
                                      folder=tmp_path),
-            checks.FAILED, "ran code hidden in the second file")
+            FAILED, "ran code hidden in the second file")
     assert lab05.MARKERS == before
 
 
 def test_whole_model_catches_a_plain_load(tmp_path):
     _status(checks.check_whole_model(lambda p, t: torch.load(p), folder=tmp_path),
-            checks.FAILED, "refused MysteryNet and Linear", "safe_globals(trusted)")
+            FAILED, "refused MysteryNet and Linear", "safe_globals(trusted)")
 
 
 def test_whole_model_catches_add_safe_globals_and_restores_the_allowlist(tmp_path):
@@ -228,7 +229,7 @@ def test_whole_model_catches_add_safe_globals_and_restores_the_allowlist(tmp_pat
         torch.serialization.add_safe_globals(trusted)
         return torch.load(path, weights_only=True)
 
-    _status(checks.check_whole_model(global_allowlist, folder=tmp_path), checks.FAILED,
+    _status(checks.check_whole_model(global_allowlist, folder=tmp_path), FAILED,
             "add_safe_globals")
     allowed = torch.serialization.get_safe_globals()  # PyTorch may add its own on first use
     assert checks.MysteryNet not in allowed and nn.Linear not in allowed
@@ -238,7 +239,7 @@ def test_whole_model_catches_returning_the_state_dict(tmp_path):
     def state_dict_instead(path, trusted):
         return good_whole_loader(path, trusted).state_dict()
 
-    _status(checks.check_whole_model(state_dict_instead, folder=tmp_path), checks.FAILED,
+    _status(checks.check_whole_model(state_dict_instead, folder=tmp_path), FAILED,
             "return the loaded model")
 
 
@@ -249,12 +250,12 @@ def test_whole_model_catches_a_loader_that_accepts_everything(tmp_path):
         except Exception:
             return nn.Identity()
 
-    _status(checks.check_whole_model(swallows_errors, folder=tmp_path), checks.FAILED,
+    _status(checks.check_whole_model(swallows_errors, folder=tmp_path), FAILED,
             "instead of refusing")
 
 
 def test_whole_model_stub_is_not_attempted(tmp_path):
-    _status(checks.check_whole_model(stub, folder=tmp_path), checks.NOT_ATTEMPTED)
+    _status(checks.check_whole_model(stub, folder=tmp_path), NOT_ATTEMPTED)
 
 
 def test_the_marker_class_really_runs_under_weights_only_false(tmp_path):
@@ -269,7 +270,7 @@ def test_the_marker_class_really_runs_under_weights_only_false(tmp_path):
 def test_whole_model_is_not_fooled_by_an_earlier_add_safe_globals(tmp_path):
     torch.serialization.add_safe_globals([checks.MysteryNet, nn.Linear])
     _status(checks.check_whole_model(lambda p, t: torch.load(p), folder=tmp_path),
-            checks.FAILED, "refused MysteryNet and Linear")
+            FAILED, "refused MysteryNet and Linear")
     assert checks.MysteryNet not in torch.serialization.get_safe_globals()
 
 
@@ -336,13 +337,13 @@ if CPU_ONLY:
 
 @pytest.mark.parametrize("load", RIGHT_GPU.values(), ids=RIGHT_GPU)
 def test_gpu_checkpoint_accepts_every_correct_style(tmp_path, load):
-    _status(checks.check_gpu_checkpoint(load, "cpu", folder=tmp_path), checks.PASSED)
+    _status(checks.check_gpu_checkpoint(load, "cpu", folder=tmp_path), PASSED)
 
 
 @pytest.mark.parametrize(("load", "phrases"), WRONG_GPU.values(), ids=WRONG_GPU)
 def test_gpu_checkpoint_names_the_misconception(tmp_path, load, phrases):
     assert_one_line(_status(checks.check_gpu_checkpoint(load, "cpu", folder=tmp_path),
-                            checks.FAILED, *phrases))
+                            FAILED, *phrases))
 
 
 def test_unkept_moves_are_not_blamed_on_an_ignored_device_argument(tmp_path):
@@ -489,12 +490,12 @@ WRONG_PREFIXED = [pytest.param(prefix, loader, phrases, id=f"{prefix}{name}") fo
 
 @pytest.mark.parametrize(("prefix", "load"), RIGHT_PREFIXED)
 def test_prefixed_checkpoint_accepts_every_correct_style(tmp_path, prefix, load):
-    _status(CHECKS[prefix](load, folder=tmp_path), checks.PASSED)
+    _status(CHECKS[prefix](load, folder=tmp_path), PASSED)
 
 
 @pytest.mark.parametrize(("prefix", "load", "phrases"), WRONG_PREFIXED)
 def test_prefixed_checkpoint_names_the_misconception(tmp_path, prefix, load, phrases):
-    assert_one_line(_status(CHECKS[prefix](load, folder=tmp_path), checks.FAILED, *phrases))
+    assert_one_line(_status(CHECKS[prefix](load, folder=tmp_path), FAILED, *phrases))
 
 
 def test_mystery_net_layer_names_expose_lstrip_for_both_prefixes():
@@ -547,12 +548,12 @@ RIGHT_WHOLE["inspect first, map_location='cpu'"] = lambda p, t: good_whole_loade
 
 @pytest.mark.parametrize("load", RIGHT_WHOLE.values(), ids=RIGHT_WHOLE)
 def test_whole_model_accepts_every_correct_style(tmp_path, load):
-    _status(checks.check_whole_model(load, folder=tmp_path), checks.PASSED)
+    _status(checks.check_whole_model(load, folder=tmp_path), PASSED)
 
 
 def test_whole_model_with_weights_only_false_but_no_code_run_is_not_told_code_ran(tmp_path):
     feedback = _status(checks.check_whole_model(whole_refuses_then_unsafe, folder=tmp_path),
-                       checks.FAILED, "no code from the second file ran", "weights_only=False")
+                       FAILED, "no code from the second file ran", "weights_only=False")
     assert "your loader ran code" not in feedback.message
 
 
@@ -576,7 +577,7 @@ def test_ddp_checkpoint_names_the_keys_a_failed_load_state_dict_lists(tmp_path):
         return model
 
     feedback = _status(checks.check_ddp_checkpoint(drops_the_biases, folder=tmp_path),
-                       checks.FAILED, "load_state_dict refused the weights: missing keys [")
+                       FAILED, "load_state_dict refused the weights: missing keys [")
     assert "bias" in feedback.message
 
 

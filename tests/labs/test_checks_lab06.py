@@ -15,9 +15,10 @@ import torch
 from lab_checks import assert_feedback as _status
 from lab_checks import assert_one_line, stub
 
-import labchecks as checks
 import utils
 from labchecks import lab06
+from labchecks import lab06 as checks
+from labchecks.feedback import FAILED, NOT_ATTEMPTED, PASSED
 
 # --- exercise 1: atomic_save ----------------------------------------------------------------
 
@@ -155,12 +156,12 @@ WRONG_ATOMIC = {f.__name__: (f, phrases) for f, phrases in (
 
 @pytest.mark.parametrize("save", RIGHT_ATOMIC.values(), ids=RIGHT_ATOMIC)
 def test_atomic_save_accepts_every_correct_way_to_make_and_swap_a_temporary_file(tmp_path, save):
-    _status(checks.check_atomic_save(save, folder=tmp_path), checks.PASSED)
+    _status(checks.check_atomic_save(save, folder=tmp_path), PASSED)
 
 
 @pytest.mark.parametrize(("save", "phrases"), WRONG_ATOMIC.values(), ids=WRONG_ATOMIC)
 def test_atomic_save_names_the_misconception(tmp_path, save, phrases):
-    assert_one_line(_status(checks.check_atomic_save(save, folder=tmp_path), checks.FAILED,
+    assert_one_line(_status(checks.check_atomic_save(save, folder=tmp_path), FAILED,
                             *phrases))
 
 
@@ -169,11 +170,11 @@ def test_atomic_save_notes_leftover_temporary_files(tmp_path):
         torch.save(obj, f"{path}.partial")
         os.replace(f"{path}.partial", path)
 
-    _status(checks.check_atomic_save(leaves_litter, folder=tmp_path), checks.PASSED, "Tidy up")
+    _status(checks.check_atomic_save(leaves_litter, folder=tmp_path), PASSED, "Tidy up")
 
 
 def test_atomic_save_with_os_rename_is_told_about_windows(tmp_path):
-    _status(checks.check_atomic_save(save_rename, folder=tmp_path), checks.PASSED, "Windows")
+    _status(checks.check_atomic_save(save_rename, folder=tmp_path), PASSED, "Windows")
 
 
 def test_atomic_save_leaves_no_files_of_its_own_in_the_system_temp_folder(tmp_path):
@@ -183,7 +184,7 @@ def test_atomic_save_leaves_no_files_of_its_own_in_the_system_temp_folder(tmp_pa
 
 
 def test_atomic_save_stub_is_not_attempted(tmp_path):
-    _status(checks.check_atomic_save(stub, folder=tmp_path), checks.NOT_ATTEMPTED)
+    _status(checks.check_atomic_save(stub, folder=tmp_path), NOT_ATTEMPTED)
 
 
 # --- exercises 2 and 3: save_checkpoint and load_checkpoint ---------------------------------
@@ -362,18 +363,18 @@ WRONG_RESUME = {
 
 @pytest.mark.parametrize(("save", "load"), RIGHT_RESUME.values(), ids=RIGHT_RESUME)
 def test_resume_accepts_every_correct_style(tmp_path, save, load):
-    _status(checks.check_resume(save, load, "cpu", folder=tmp_path), checks.PASSED, "exactly")
+    _status(checks.check_resume(save, load, "cpu", folder=tmp_path), PASSED, "exactly")
 
 
 @pytest.mark.parametrize(("pair", "phrases"), WRONG_RESUME.values(), ids=WRONG_RESUME)
 def test_resume_names_the_misconception(tmp_path, pair, phrases):
     save, load = pair
     assert_one_line(_status(checks.check_resume(save, load, "cpu", folder=tmp_path),
-                            checks.FAILED, *phrases))
+                            FAILED, *phrases))
 
 
 def test_resume_stubs_are_not_attempted(tmp_path):
-    _status(checks.check_resume(stub, stub, "cpu", folder=tmp_path), checks.NOT_ATTEMPTED)
+    _status(checks.check_resume(stub, stub, "cpu", folder=tmp_path), NOT_ATTEMPTED)
 
 
 def test_resume_leaves_the_learners_python_random_alone(tmp_path):
@@ -428,5 +429,5 @@ def test_a_rename_across_file_systems_is_explained(tmp_path):
 
     with mock.patch("os.replace", cross_device):
         feedback = checks.check_atomic_save(save_in_system_temp, folder=tmp_path)
-    assert_one_line(_status(feedback, checks.FAILED, "another file system",
+    assert_one_line(_status(feedback, FAILED, "another file system",
                             "NamedTemporaryFile(dir="))

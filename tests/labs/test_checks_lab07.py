@@ -14,9 +14,10 @@ from lab_checks import assert_feedback as _status
 from lab_checks import assert_one_line, stub
 from torch import nn
 
-import labchecks as checks
 import utils
 from labchecks import lab07
+from labchecks import lab07 as checks
+from labchecks.feedback import FAILED, NOT_ATTEMPTED, PASSED, Feedback
 from labchecks.lab07 import exercise3_budgets, largest_batch_reference
 
 OTHER = torch.device("meta")
@@ -184,7 +185,7 @@ RIGHT_TRAININGS = [fast_total_detach, fast_stack_losses, fast_string_device_and_
 
 @pytest.mark.parametrize("train", RIGHT_TRAININGS)
 def test_fast_training_accepts_every_right_style(train):
-    _status(checks.check_fast_training(train, OTHER), checks.PASSED, "0 copies", "0 times")
+    _status(checks.check_fast_training(train, OTHER), PASSED, "0 copies", "0 times")
 
 
 def make_loop(whole_dataset=False, per_batch=False, weights_each_step=False,
@@ -269,19 +270,19 @@ WRONG_TRAININGS = {
 
 
 @functools.cache
-def training_verdict(mistake: str) -> checks.Feedback:
+def training_verdict(mistake: str) -> Feedback:
     return checks.check_fast_training(make_loop(**{mistake: True}), OTHER)
 
 
 @pytest.mark.parametrize(("mistake", "phrases"), WRONG_TRAININGS.items(),
                          ids=WRONG_TRAININGS.keys())
 def test_fast_training_names_each_mistake(mistake, phrases):
-    feedback = assert_one_line(_status(training_verdict(mistake), checks.FAILED, *phrases))
+    feedback = assert_one_line(_status(training_verdict(mistake), FAILED, *phrases))
     assert [training_verdict(m).message for m in WRONG_TRAININGS].count(feedback.message) == 1
 
 
 def test_fast_training_names_every_mistake_of_the_slow_loop():
-    feedback = _status(checks.check_fast_training(lab07.train_slow, OTHER), checks.FAILED,
+    feedback = _status(checks.check_fast_training(lab07.train_slow, OTHER), FAILED,
                        "whole dataset", "class weights", "reads a value on the host")
     assert feedback.message.count("; and ") == 2
 
@@ -289,15 +290,15 @@ def test_fast_training_names_every_mistake_of_the_slow_loop():
 def test_fast_training_device_mistake_does_not_show_up_on_the_cpu_alone():
     # the device mistake is invisible when the check's second device is the CPU too: it is
     # the run on meta (or the GPU) that exposes it
-    _status(checks.check_fast_training(make_loop(ignore_device=True), "cpu"), checks.PASSED)
+    _status(checks.check_fast_training(make_loop(ignore_device=True), "cpu"), PASSED)
 
 
 def test_fast_training_stub_is_not_attempted():
-    _status(checks.check_fast_training(stub, OTHER), checks.NOT_ATTEMPTED)
+    _status(checks.check_fast_training(stub, OTHER), NOT_ATTEMPTED)
 
 
 def test_fast_training_rejects_something_that_is_not_a_function():
-    _status(checks.check_fast_training(3.14, OTHER), checks.FAILED, "Pass the function itself")
+    _status(checks.check_fast_training(3.14, OTHER), FAILED, "Pass the function itself")
 
 
 def test_slow_loop_is_deterministic():
@@ -380,7 +381,7 @@ RIGHT_ADAMS = [adam_loop, adam_comprehension, adam_parts, adam_untyped_storage, 
 
 @pytest.mark.parametrize("adam_bytes", RIGHT_ADAMS)
 def test_adam_bytes_accepts_every_right_style(adam_bytes):
-    _status(checks.check_adam_bytes(adam_bytes), checks.PASSED, "4 copies")
+    _status(checks.check_adam_bytes(adam_bytes), PASSED, "4 copies")
 
 
 def numbers(model):
@@ -412,11 +413,11 @@ def weights(model):
                    for p in m.parameters()), "in the parameter's own dtype"),
 ])
 def test_adam_bytes_names_each_mistake(adam_bytes, phrase):
-    assert_one_line(_status(checks.check_adam_bytes(adam_bytes), checks.FAILED, phrase))
+    assert_one_line(_status(checks.check_adam_bytes(adam_bytes), FAILED, phrase))
 
 
 def test_adam_bytes_stub_is_not_attempted():
-    _status(checks.check_adam_bytes(stub), checks.NOT_ATTEMPTED)
+    _status(checks.check_adam_bytes(stub), NOT_ATTEMPTED)
 
 
 def test_adam_bytes_models_cover_buffers_dtypes_ties_and_frozen_layers():
@@ -535,7 +536,7 @@ RIGHT_BATCHES = [batch_bisect, batch_linear_formula, batch_halve_then_climb,
 
 @pytest.mark.parametrize("largest_batch", RIGHT_BATCHES)
 def test_largest_batch_accepts_every_right_style(largest_batch):
-    _status(checks.check_largest_batch(largest_batch), checks.PASSED, "fills exactly")
+    _status(checks.check_largest_batch(largest_batch), PASSED, "fills exactly")
 
 
 def too_big_a_batch(model, features, budget):
@@ -577,7 +578,7 @@ def weights_only(model, features, budget):
     (lambda m, f, b: None, "returned None"),
 ])
 def test_largest_batch_names_each_mistake(largest_batch, phrase):
-    assert_one_line(_status(checks.check_largest_batch(largest_batch), checks.FAILED, phrase))
+    assert_one_line(_status(checks.check_largest_batch(largest_batch), FAILED, phrase))
 
 
 def batch_with(model, features, budget, **options):
@@ -597,7 +598,7 @@ def batch_with(model, features, budget, **options):
 
 
 def test_largest_batch_stub_is_not_attempted():
-    _status(checks.check_largest_batch(stub), checks.NOT_ATTEMPTED)
+    _status(checks.check_largest_batch(stub), NOT_ATTEMPTED)
 
 
 def test_largest_batch_budgets_include_an_exact_fit_and_none():
@@ -608,7 +609,7 @@ def test_largest_batch_budgets_include_an_exact_fit_and_none():
 
 
 def test_a_function_that_never_returns_gets_a_message_not_a_hang(monkeypatch):
-    monkeypatch.setattr(checks.lab07, "CALL_LIMIT_S", 0.5)
+    monkeypatch.setattr(lab07, "CALL_LIMIT_S", 0.5)
 
     def train_for_ever(model, optimizer, features, labels, device, steps):
         while True:
@@ -623,7 +624,7 @@ def test_a_function_that_never_returns_gets_a_message_not_a_hang(monkeypatch):
     for check, answer in [(checks.check_fast_training, train_for_ever),
                           (checks.check_adam_bytes, lambda model: train_for_ever(*[None] * 6)),
                           (checks.check_largest_batch, search_for_ever)]:
-        assert_one_line(_status(check(answer), checks.FAILED, "had not returned after"))
+        assert_one_line(_status(check(answer), FAILED, "had not returned after"))
 
 
 @pytest.mark.parametrize(("test", "check", "distinct"), [

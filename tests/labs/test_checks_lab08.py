@@ -20,9 +20,10 @@ from lab_checks import assert_feedback as _status
 from lab_checks import assert_one_line, stub
 from torch.distributed.checkpoint.state_dict import get_model_state_dict
 
-import labchecks as checks
 import utils
 from labchecks import lab08
+from labchecks import lab08 as checks
+from labchecks.feedback import FAILED, NOT_ATTEMPTED, PASSED
 
 # --- exercise 1: setup_device -----------------------------------------------------------------
 
@@ -220,7 +221,7 @@ RIGHT_SETUPS = [setup_plain, setup_strings, setup_with_utils, setup_keyword_devi
 
 @pytest.mark.parametrize("answer", RIGHT_SETUPS)
 def test_setup_device_passes_however_written(answer):
-    _status(checks.check_setup_device(answer), checks.PASSED)
+    _status(checks.check_setup_device(answer), PASSED)
 
 
 WRONG_SETUPS = [
@@ -246,13 +247,13 @@ WRONG_SETUPS = [
                          ids=[answer.__name__ for answer, _ in WRONG_SETUPS])
 def test_setup_device_names_each_mistake(answer, phrase, monkeypatch):
     monkeypatch.setattr(lab08, "CALL_LIMIT_S", 1.0)  # the one that waits for ever
-    feedback = assert_one_line(_status(checks.check_setup_device(answer), checks.FAILED, phrase))
+    feedback = assert_one_line(_status(checks.check_setup_device(answer), FAILED, phrase))
     assert all(feedback.message != checks.check_setup_device(other).message
                for other, _ in WRONG_SETUPS if other not in (answer, setup_waits_for_ever))
 
 
 def test_setup_device_stub_is_not_attempted():
-    _status(checks.check_setup_device(stub), checks.NOT_ATTEMPTED)
+    _status(checks.check_setup_device(stub), NOT_ATTEMPTED)
 
 
 # --- exercise 2: load_for_this_rank ---------------------------------------------------------------
@@ -289,7 +290,7 @@ RIGHT_LOADS = {
 
 @pytest.mark.parametrize("answer", RIGHT_LOADS.values(), ids=RIGHT_LOADS.keys())
 def test_rank_aware_load_passes_however_written(answer, tmp_path):
-    _status(checks.check_rank_aware_load(answer, folder=tmp_path), checks.PASSED)
+    _status(checks.check_rank_aware_load(answer, folder=tmp_path), PASSED)
 
 
 def load_then_cuda(path, device):
@@ -337,7 +338,7 @@ WRONG_LOADS = {
 
 @pytest.mark.parametrize(("answer", "phrase"), WRONG_LOADS.values(), ids=WRONG_LOADS.keys())
 def test_rank_aware_load_names_each_mistake(answer, phrase, tmp_path):
-    feedback = _status(checks.check_rank_aware_load(answer, folder=tmp_path), checks.FAILED,
+    feedback = _status(checks.check_rank_aware_load(answer, folder=tmp_path), FAILED,
                        phrase)
     assert_one_line(feedback)
     others = [checks.check_rank_aware_load(a, folder=tmp_path).message
@@ -346,7 +347,7 @@ def test_rank_aware_load_names_each_mistake(answer, phrase, tmp_path):
 
 
 def test_rank_aware_load_stub_is_not_attempted(tmp_path):
-    _status(checks.check_rank_aware_load(stub, folder=tmp_path), checks.NOT_ATTEMPTED)
+    _status(checks.check_rank_aware_load(stub, folder=tmp_path), NOT_ATTEMPTED)
 
 
 # --- exercise 3: save_on_rank_zero, for real on 2 processes ---------------------------------
@@ -577,22 +578,22 @@ def judged(tmp_path_factory):
 
 @pytest.mark.parametrize("name", [answer.__name__ for answer in RIGHT_SAVES])
 def test_save_on_rank_zero_passes_however_written(judged, name):
-    _status(judged[1][name], checks.PASSED)
+    _status(judged[1][name], PASSED)
 
 
 @pytest.mark.parametrize(("name", "phrase"), [(a.__name__, p) for a, p in WRONG_SAVES.items()])
 def test_save_on_rank_zero_names_each_mistake(judged, name, phrase):
-    feedback = assert_one_line(_status(judged[1][name], checks.FAILED, phrase))
+    feedback = assert_one_line(_status(judged[1][name], FAILED, phrase))
     assert [v.message for v in judged[1].values()].count(feedback.message) == 1
 
 
 def test_save_on_rank_zero_passes_alone_and_praises_a_barrier_only_when_there_is_one(tmp_path):
     _status(checks.check_save_on_rank_zero(save_module_state_dict, folder=str(tmp_path)),
-            checks.PASSED, "a barrier that every rank reaches")
+            PASSED, "a barrier that every rank reaches")
     # the same launch wrote exercise 4's checkpoint: that check starts no processes
     assert (tmp_path / "sharded" / ".metadata").exists()
     with mock.patch.object(lab08, "_run_workers", side_effect=AssertionError("launched")):
-        _status(checks.check_load_sharded(load_in_place, folder=str(tmp_path)), checks.PASSED)
+        _status(checks.check_load_sharded(load_in_place, folder=str(tmp_path)), PASSED)
 
 
 def test_a_launch_that_never_ends_is_stopped_with_a_message(tmp_path):
@@ -602,7 +603,7 @@ def test_a_launch_that_never_ends_is_stopped_with_a_message(tmp_path):
 
     feedback = lab08.judge_saves([save_waits_for_ever], folder=str(tmp_path), slow_s=0.1,
                                  timeout_s=5)[0]
-    assert_one_line(_status(feedback, checks.FAILED, "still running after 5 s"))
+    assert_one_line(_status(feedback, FAILED, "still running after 5 s"))
 
 
 def test_save_on_rank_zero_stub_is_not_attempted_without_starting_processes(tmp_path):
@@ -612,7 +613,7 @@ def test_save_on_rank_zero_stub_is_not_attempted_without_starting_processes(tmp_
 
     started = time.monotonic()
     _status(checks.check_save_on_rank_zero(save_on_rank_zero, folder=str(tmp_path)),
-            checks.NOT_ATTEMPTED)
+            NOT_ATTEMPTED)
     assert time.monotonic() - started < 1.0 and not (tmp_path / "lab08_worker.py").exists()
 
 
@@ -738,7 +739,7 @@ RIGHT_LOADS_SHARDED = [load_in_place, load_via_conversion, load_into_live_tensor
 
 @pytest.mark.parametrize("answer", RIGHT_LOADS_SHARDED)
 def test_load_sharded_passes_however_written(judged, answer):
-    _status(checks.check_load_sharded(answer, folder=str(judged[0])), checks.PASSED)
+    _status(checks.check_load_sharded(answer, folder=str(judged[0])), PASSED)
 
 
 WRONG_LOADS_SHARDED = {
@@ -766,18 +767,18 @@ WRONG_LOADS_SHARDED = {
                          ids=WRONG_LOADS_SHARDED.keys())
 def test_load_sharded_names_each_mistake(judged, answer, phrase):
     feedback = assert_one_line(_status(checks.check_load_sharded(answer, folder=str(judged[0])),
-                                       checks.FAILED, phrase))
+                                       FAILED, phrase))
     assert ".cpp" not in feedback.message
 
 
 def test_load_sharded_alone_writes_its_own_checkpoint(tmp_path):
     # no exercise 3 before it: the check starts the 2 processes itself
-    _status(checks.check_load_sharded(load_in_place, folder=str(tmp_path)), checks.PASSED)
+    _status(checks.check_load_sharded(load_in_place, folder=str(tmp_path)), PASSED)
     assert (tmp_path / "sharded" / ".metadata").exists()
 
 
 def test_load_sharded_stub_is_not_attempted(tmp_path):
-    _status(checks.check_load_sharded(stub, folder=str(tmp_path)), checks.NOT_ATTEMPTED)
+    _status(checks.check_load_sharded(stub, folder=str(tmp_path)), NOT_ATTEMPTED)
     assert not (tmp_path / "sharded").exists()
 
 
@@ -797,7 +798,7 @@ def test_a_collective_on_one_rank_only_is_named_after_the_time_limit(tmp_path):
 
     feedback = lab08.judge_saves([save_all_reduce_on_rank_zero], folder=str(tmp_path),
                                  slow_s=0.1, collective_s=2)[0]
-    assert_one_line(_status(feedback, checks.FAILED, "called on some ranks and not the others"))
+    assert_one_line(_status(feedback, FAILED, "called on some ranks and not the others"))
 
 
 def test_load_sharded_wrong_answers_get_messages_of_their_own(judged):
