@@ -25,7 +25,7 @@ NVIDIA_URL = "http://www.nvidia.com/Download/index.aspx"
 
 #: (exception PyTorch raises, the device type it says is missing), one per form. The texts are
 #: PyTorch's (and the CUDA runtime's) as raised; the first is the CPU-only build's, the second
-#: the CUDA build's on a machine without a driver (torch 2.14.1+cu130 here).
+#: the CUDA build's on a machine without a driver (torch 2.14.1+cu130 and 2.15.0+cu132 here).
 FORMS = [
     (AssertionError("Torch not compiled with CUDA enabled"), "cuda"),
     (RuntimeError("Found no NVIDIA driver on your system. Please check that you have an NVIDIA "
