@@ -6,10 +6,10 @@ STAMP  := $(VENV)/.installed
 PORT   ?= 8888
 # JupyterLab refuses to run as root unless told; containers and CI machines often are root.
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
-# A second environment with the ipywidgets Colab ships (requirements-ipywidgets7.txt).
+# A second environment with the ipywidgets Colab ships (requirements-colab.txt).
 VENV7  ?= .venv-ipyw7
 STAMP7 := $(VENV7)/.installed
-IPYW7  := $(shell sed -n 's/^ipywidgets==\([^ ]*\).*/\1/p' requirements-ipywidgets7.txt)
+IPYW7  := $(shell sed -n 's/^ipywidgets==\([^ ]*\).*/\1/p' requirements-colab.txt)
 # Its other versions come from requirements.txt, the one source of versions.
 PINS7  := $(shell grep -oE '^(torch|numpy|matplotlib|pytest)==[^ ]+' requirements.txt)
 # A third environment with the next torch, a CUDA build (requirements-torch-next.txt). Its other
@@ -39,6 +39,15 @@ else
 $(STAMP): $(VENV)/.torch-cpu
 endif
 endif
+# A fourth environment as Colab has it: Colab's torch and ipywidgets (requirements-colab.txt, the
+# one place their versions are set), everything else from requirements.txt, less JupyterLab,
+# Playwright and ruff. Colab's torch is older than ours: its outputs may differ, errors may not.
+VENVC  ?= .venv-colab
+STAMPC := $(VENVC)/.installed
+TORCHC := $(shell sed -n 's/^torch==\([^ ]*\).*/\1/p' requirements-colab.txt)
+IPYWC  := $(IPYW7)
+PINSC  := $(shell grep -oE '^[A-Za-z0-9_.-]+==[^ ]+' requirements.txt \
+                  | grep -vE '^(torch|ipywidgets|jupyterlab|playwright|ruff)==')
 # The teacher's environment: everything a learner has plus nbgrader (requirements-teacher.txt).
 VENVT  ?= .venv-teacher
 STAMPT := $(VENVT)/.installed
@@ -60,7 +69,7 @@ STUDENT_COPY ?= ../student-copy
 # `make help` lists the targets by who runs them; each target's `## ...` comment is its line.
 FOR_LEARNERS := lab workspace fresh test
 FOR_TEACHERS := teacher classroom student-copy test-classroom measure
-FOR_AUTHORS  := nav labs run-notebooks site test-site test-ipywidgets7 test-torch-next clean
+FOR_AUTHORS  := install check nav labs run-notebooks site test-site test-ipywidgets7 test-torch-next test-colab clean
 
 help:  ## This list
 	@for group in "Learners:$(FOR_LEARNERS)" "Teachers:$(FOR_TEACHERS)" "Authors:$(FOR_AUTHORS) help"; do \
@@ -71,7 +80,7 @@ help:  ## This list
 		done; \
 	done
 
-.PHONY: help site test-site lab test test-ipywidgets7 test-torch-next test-classroom teacher classroom student-copy install nav labs run-notebooks measure clean
+.PHONY: help site test-site lab test check test-ipywidgets7 test-torch-next test-colab test-classroom teacher classroom student-copy install nav labs run-notebooks measure clean
 
 lab: $(STAMP) workspace  ## Copy what is new into my-work/ (never over your copies), start JupyterLab there
 	$(BIN)/jupyter lab --ServerApp.root_dir="$(CURDIR)" --port=$(PORT) \
@@ -106,6 +115,13 @@ test-torch-next: $(STAMPN)  ## Unit tests, every notebook and lab again, on the 
 	EXPECT_TORCH=$(TORCHN) $(VENVN)/bin/python -m pytest \
 		--nbval-sanitize-with $(VENVN)/nbval_sanitize.cfg \
 		--ignore=tests/e2e/test_browser.py --ignore=tests/repo/test_lint.py $(PYTEST_ARGS)
+test-colab: $(STAMPC)  ## Every notebook and lab on Colab's torch and ipywidgets (nbval lax: no errors)
+	$(VENVC)/bin/python -c "import torch, ipywidgets as w; \
+		assert torch.__version__.split('+')[0] == '$(TORCHC)', torch.__version__; \
+		assert w.__version__ == '$(IPYWC)', w.__version__"
+	$(VENVC)/bin/python -m pytest -o addopts="" -p no:cacheprovider --nbval-lax \
+		--nbval-current-env --nbval-cell-timeout 120 -n 3 --dist loadscope -r fEs \
+		$(or $(NB),notebooks labs)
 # Not part of `make test` (it would add about 100 s of CPU, about 50 s on two idle cores);
 # .ci/run runs it after `make test`.
 test-classroom: $(STAMPT)  ## nbgrader grades every lab and a simulated class (cheats, crash, loop)
@@ -136,7 +152,11 @@ classroom: $(STAMPT)  ## An nbgrader course folder with every lab released (COUR
 student-copy:  ## The learners' copy without solutions or tests, for nbgitpuller and badges (STUDENT_COPY=../student-copy)
 	$(PYTHON) -m tools.student_copy "$(STUDENT_COPY)" $(STUDENT_COPY_ARGS)
 
-install: $(STAMP)
+install: $(STAMP)  ## Build .venv (requirements.txt, then utils and labchecks) without starting anything
+
+check: $(STAMP)  ## One changed notebook or lab in about a minute: make check NB=notebooks/01_tensor_to.ipynb
+	@test -n "$(NB)" || { echo "usage: make check NB=notebooks/01_tensor_to.ipynb (or labs/NN_topic.ipynb, labs/solutions/NN_topic.ipynb)"; exit 2; }
+	$(BIN)/python -m tools.check $(NB)
 
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -155,9 +175,9 @@ $(VENVT)/.torch-cpu:
 	$(VENVT)/bin/python -m pip install --quiet --no-deps --index-url $(TORCH_CPU_INDEX) "$(TORCH_PIN)+cpu"
 	touch $@
 
-$(STAMP7): requirements-ipywidgets7.txt requirements.txt pyproject.toml
+$(STAMP7): requirements-colab.txt requirements.txt pyproject.toml
 	test -x $(VENV7)/bin/python || $(PYTHON) -m venv $(VENV7)
-	$(VENV7)/bin/python -m pip install --quiet -r requirements-ipywidgets7.txt $(PINS7)
+	$(VENV7)/bin/python -m pip install --quiet ipywidgets==$(IPYW7) $(PINS7)
 	$(VENV7)/bin/python -m pip install --quiet --no-deps -e .
 	touch $(STAMP7)
 
@@ -166,23 +186,28 @@ $(STAMPN): requirements-torch-next.txt requirements.txt pyproject.toml
 	$(VENVN)/bin/python -m pip install --quiet -r requirements-torch-next.txt $(PINSN)
 	$(VENVN)/bin/python -m pip install --quiet --no-deps -e .
 	touch $(STAMPN)
+$(STAMPC): requirements-colab.txt requirements.txt pyproject.toml
+	test -x $(VENVC)/bin/python || $(PYTHON) -m venv $(VENVC)
+	$(VENVC)/bin/python -m pip install --quiet -r requirements-colab.txt $(PINSC)
+	$(VENVC)/bin/python -m pip install --quiet --no-deps -e .
+	touch $(STAMPC)
 $(STAMPT): requirements-teacher.txt requirements.txt pyproject.toml
 	test -x $(VENVT)/bin/python || $(PYTHON) -m venv $(VENVT)
 	$(VENVT)/bin/python -m pip install --quiet -r requirements.txt -r requirements-teacher.txt
 	$(VENVT)/bin/python -m pip install --quiet --no-deps -e .
 	touch $(STAMPT)
 
-nav: $(STAMP)  ## Regenerate the README table and each notebook's badges and navigation
+nav: $(STAMP)  ## Regenerate what is derived from the notebooks: README table, badges, navigation, folds, docs/errors.md
 	$(BIN)/python -m tools.build_nav
 
 labs: $(STAMP)  ## Regenerate student labs from labs/solutions/ and re-run both versions
 	$(BIN)/python -m tools.build_labs
 
-run-notebooks: $(STAMP)  ## Re-execute notebooks in place (all, or NB=notebooks/01_tensor_to.ipynb)
+run-notebooks: $(STAMP)  ## Re-execute notebooks in place (all, or NB=...), then make nav
 	$(BIN)/python -m tools.run_notebooks $(NB)
 
 measure: $(STAMP)  ## Run All time, CPU time and peak memory (PSS, all its processes) per notebook
 	$(BIN)/python -m tools.measure_notebooks $(NB)
 
-clean:  ## Remove the environments and build caches (.venv, .venv-ipyw7, .venv-teacher, ...)
-	rm -rf $(VENV) $(VENV7) $(VENVN) $(VENVT) $(VENVS) build *.egg-info .pytest_cache .ruff_cache
+clean:  ## Remove the environments and build caches (.venv, .venv-ipyw7, .venv-colab, .venv-teacher, ...)
+	rm -rf $(VENV) $(VENV7) $(VENVN) $(VENVC) $(VENVT) $(VENVS) build *.egg-info .pytest_cache .ruff_cache

@@ -21,14 +21,20 @@ attempted. Under nbgrader, two things happen, and only the first decides a mark:
    *Validate*, which has no hidden tests), a check that is not passed raises
    :class:`CheckFailed`, so *Validate* shows what would lose points.
 
-Introduced in docs/teaching.md (the classroom path); the visible hook is one line at the
-end of labchecks/__init__.py; the trust model is in docs/teaching.md, "What grading
-protects".
+3. **A cell nbgrader's timeout stops** (a loop that never ends in an answer cell) shows
+   :data:`CELL_TOO_SLOW` instead of a KeyboardInterrupt traceback, once
+   :func:`explain_cell_timeouts` has run in the kernel: the course configuration that
+   ``tools/classroom.py`` writes has every kernel nbgrader starts run it first
+   (:data:`KERNEL_SETUP`). Importing this module changes nothing.
+
+Each check is marked ``@graded`` where it is defined (``labchecks/labNN.py``). Whether the code
+that grades is the code on disk is labchecks/tamper.py's question, which the grader loads
+afresh from disk too. Introduced in docs/teaching.md (the classroom path); the trust model is
+in docs/teaching.md, "What grading protects".
 """
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import functools
 import inspect
@@ -38,7 +44,6 @@ import os
 import re
 import signal
 import sys
-import types
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -134,6 +139,11 @@ def graded(check: Callable[..., Feedback]) -> Callable[..., Feedback]:
     return run
 
 
+#: The line every kernel nbgrader starts runs first (tools/classroom.py's course config):
+#: under autograde, a cell its timeout stops says why.
+KERNEL_SETUP = "import labchecks.grading as _g; _g.explain_cell_timeouts(); del _g"
+
+
 class CellTimeout(Exception):
     """Shown instead of the KeyboardInterrupt nbgrader's cell timeout sends the kernel."""
 
@@ -153,14 +163,6 @@ def explain_cell_timeouts() -> None:
 
 
 # --- the grader: what a hidden test cell runs ----------------------------------------------
-
-#: Modules whose code decides what a cell's outputs are, besides the lab's own (utils.*).
-_OUTPUT_MACHINERY = ("IPython.core.interactiveshell", "IPython.core.displayhook",
-                     "IPython.core.displaypub", "ipykernel.zmqshell", "ipykernel.displayhook",
-                     "ipykernel.iostream")
-_SHELL_METHODS = ("showtraceback", "_showtraceback", "showsyntaxerror", "run_cell",
-                  "run_cell_async", "run_ast_nodes", "run_code", "displayhook")
-
 
 def hidden_test(check_name: str, points: float, arguments: str, grader_path: str) -> str:
     """The hidden part ``tools/classroom.py`` puts at the top of an autograded test cell:
@@ -286,7 +288,7 @@ def _run_check(check_name: str, arguments: Callable[[], tuple]) -> Feedback:
 def _visible_verdicts() -> dict:
     """The verdict table of the kernel's own copy of this module (what the visible line
     reads); a throwaway dict when it is not loaded."""
-    module = _loaded(_here())
+    module = _tamper()["loaded"](_here())
     table = getattr(module, "_verdicts", None)
     return table if isinstance(table, dict) else {}
 
@@ -296,9 +298,25 @@ def _here() -> Path:
     return Path(globals().get("__file__") or __file__).resolve()
 
 
-def _loaded(path: Path):
-    """The module loaded from ``path`` in this kernel (found by its file, not its name)."""
-    return next((m for m in list(sys.modules.values()) if _file_of(m) == path), None)
+def tampering() -> list[str]:
+    """What code in the notebook replaced in the grader's path (labchecks/tamper.py, read
+    afresh from disk); empty when everything is as on disk."""
+    return _tamper()["tampering"]()
+
+
+_tamper_namespace: dict | None = None
+
+
+def _tamper() -> dict:
+    """labchecks/tamper.py beside this file, run from disk once per copy of this module:
+    never taken from ``sys.modules``, where code in the notebook could have replaced it."""
+    global _tamper_namespace
+    if _tamper_namespace is None:
+        path = _here().parent / "tamper.py"
+        namespace = {"__name__": "lesson_tamper", "__file__": str(path)}
+        exec(compile(path.read_text(encoding="utf-8"), str(path), "exec"), namespace)
+        _tamper_namespace = namespace
+    return _tamper_namespace
 
 
 def _real_check(check_name: str) -> Callable[..., Feedback] | None:
@@ -307,7 +325,7 @@ def _real_check(check_name: str) -> Callable[..., Feedback] | None:
     for path in sorted(_here().parent.glob("lab*.py")):
         if f"def {check_name}(" not in path.read_text(encoding="utf-8"):
             continue
-        module = _loaded(path)
+        module = _tamper()["loaded"](path)
         check = vars(module).get(check_name) if module is not None else None
         return inspect.unwrap(check) if callable(check) else None
     return None
@@ -362,133 +380,3 @@ def time_limit(seconds: float) -> Iterator[None]:
 def _in_main_thread() -> bool:
     import threading
     return threading.current_thread() is threading.main_thread()
-
-
-# --- is the code that grades the code on disk? ----------------------------------------------
-
-
-def tampering() -> list[str]:
-    """What code in the notebook replaced: a function or method of a loaded ``utils``
-    module or of IPython's output machinery whose code is not its file's, a name one of
-    those modules imports that is no longer what it imported, or an IPython method
-    overridden on the shell. Empty when everything is as on disk."""
-    checks = _here().parent  # the checks' package, and the utils package beside or above it
-    roots = [checks, *(d for d in (checks.parent, checks.parent / "utils")
-                       if d.name == "utils" and d.is_dir())]
-    names = [name for name, module in list(sys.modules.items()) if _file_of(module) is not None
-             and any(_file_of(module).is_relative_to(root) for root in roots)]
-    problems = []
-    for name in names + [m for m in _OUTPUT_MACHINERY if m in sys.modules]:
-        problems += _module_changes(name)
-    shell = _shell()
-    if shell is not None:
-        problems += _shell_changes(shell)
-    return problems
-
-
-def _shell_changes(shell) -> list[str]:
-    """IPython methods replaced on the shell itself (IPython binds some of its own methods
-    there: those are fine), and a display hook that is not IPython's."""
-    own = {id(value) for cls in type(shell).__mro__ for value in vars(cls).values()}
-    problems = []
-    for method in _SHELL_METHODS:
-        value = vars(shell).get(method)
-        if value is None or method == "displayhook":
-            continue
-        if getattr(value, "__self__", None) is not shell or id(value.__func__) not in own:
-            problems.append(f"get_ipython().{method}")
-    hook = getattr(shell, "displayhook", None)
-    if type(hook).__module__ not in _OUTPUT_MACHINERY or any(
-            isinstance(value, types.FunctionType | types.MethodType)
-            for value in vars(hook).values()) or sys.displayhook is not hook:
-        problems.append("get_ipython().displayhook")
-    return problems
-
-
-def _file_of(module) -> Path | None:
-    path = getattr(module, "__file__", None)
-    if not isinstance(path, str) or not path.endswith(".py"):
-        return None
-    return Path(path).resolve()
-
-
-@functools.cache
-def _compiled(path: Path, mtime: float) -> tuple[types.CodeType, ast.Module]:
-    source = path.read_text(encoding="utf-8")
-    return compile(source, str(path), "exec", dont_inherit=True), ast.parse(source)
-
-
-def _module_changes(name: str) -> list[str]:
-    module = sys.modules.get(name)
-    path = _file_of(module)
-    if path is None or not path.exists():
-        return []
-    code, tree = _compiled(path, path.stat().st_mtime)
-    namespace = vars(module)
-    problems = []
-    for defined, codes in _defined_code(code).items():
-        value = namespace.get(defined)
-        if value is None:
-            continue
-        if isinstance(value, type):
-            if value.__module__ == name:
-                problems += [f"{name}.{defined}.{m}" for m in _class_changes(value, codes[0])]
-            continue
-        if _replaced(value, defined, codes):
-            problems.append(f"{name}.{defined}")
-    for node in tree.body:
-        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module in sys.modules:
-            source = sys.modules[node.module]
-            for alias in node.names:
-                bound = alias.asname or alias.name
-                if alias.name == "*" or bound not in namespace or not hasattr(source, alias.name):
-                    continue
-                if _unwrapped(namespace[bound]) is not _unwrapped(getattr(source, alias.name)):
-                    problems.append(f"{name}.{bound}")
-    return problems
-
-
-def _unwrapped(value):
-    try:
-        return inspect.unwrap(value)
-    except ValueError:  # a cycle of __wrapped__
-        return value
-
-
-def _defined_code(code: types.CodeType) -> dict[str, list[types.CodeType]]:
-    """{name: its code objects} for the functions and classes a module or class body defines."""
-    found: dict[str, list[types.CodeType]] = {}
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType) and not const.co_name.startswith("<"):
-            found.setdefault(const.co_name, []).append(const)
-    return found
-
-
-def _class_changes(cls: type, body: types.CodeType) -> list[str]:
-    changed = []
-    for method, codes in _defined_code(body).items():
-        value = vars(cls).get(method)
-        if isinstance(value, staticmethod | classmethod):
-            value = value.__func__
-        if isinstance(value, property):
-            own = [getattr(f, "__code__", None) for f in (value.fget, value.fset, value.fdel) if f]
-            if not any(c in codes for c in own):
-                changed.append(method)
-        elif value is not None and not isinstance(value, type) and _replaced(value, method,
-                                                                             codes):
-            changed.append(method)
-    return changed
-
-
-def _replaced(value, name: str, codes: list[types.CodeType]) -> bool:
-    """True when ``value``, bound to ``name`` in a module or class, is a function whose code
-    is not what the file defines under that name (through any ``__wrapped__``: a decorator's
-    wrapper counts as the function it wraps)."""
-    chain, seen = [getattr(value, "func", value)], 0  # traitlets' @default, @observe handlers
-    while hasattr(chain[-1], "__wrapped__") and seen < 20:
-        chain.append(chain[-1].__wrapped__)
-        seen += 1
-    own_codes = [getattr(link, "__code__", None) for link in chain]
-    if any(c in codes for c in own_codes if c is not None):
-        return False
-    return any(c is not None for c in own_codes)

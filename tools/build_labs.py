@@ -15,6 +15,7 @@ nbgrader's own ``generate_assignment`` makes the same student version (tests/cla
 Usage:
 
     python -m tools.build_labs            # regenerate and re-run every lab
+    python -m tools.build_labs labs/02_copy_pitfall.ipynb   # one lab (student or solution path)
     python -m tools.build_labs --check    # exit 1 if a student lab is stale
     python -m tools.build_labs --force    # overwrite student labs that hold changes (backed up)
 
@@ -172,14 +173,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--force", action="store_true",
                         help="overwrite student labs that hold changes, keeping a copy of each "
                              "in my-work/labs/ first")
+    parser.add_argument("labs", nargs="*", type=Path,
+                        help="only these labs (student or solution paths); default: every lab")
     args = parser.parse_args(argv)
+    solutions = lessons.solution_labs()
+    if args.labs:
+        solutions = [lessons.SOLUTIONS / path.name for path in args.labs]
+        missing = [path for path in solutions if not path.exists()]
+        if missing:
+            print(f"no such lab: {', '.join(str(path) for path in missing)}", file=sys.stderr)
+            return 2
     if args.check:
         stale = stale_labs()
         for path in stale:
             print(f"out of date: {path.relative_to(lessons.ROOT)} (run: make labs)")
         return 1 if stale else 0
     at_risk = []
-    for solution_path in lessons.solution_labs():
+    for solution_path in solutions:
         student_path = lessons.LABS / solution_path.name
         expected = student_version(nbformat.read(solution_path, as_version=4))
         reason = unsaved_work(student_path, expected)
@@ -196,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
         kept = backup(path)
         print(f"kept: {path.relative_to(lessons.ROOT)} as {kept.relative_to(lessons.ROOT)}")
     build_nav.main([])  # badges and navigation first, so both versions carry them
-    for solution_path in lessons.solution_labs():
+    for solution_path in solutions:
         build(solution_path)
         print(f"built: labs/{solution_path.name} from labs/solutions/{solution_path.name}")
     return 0

@@ -1,18 +1,33 @@
-"""Write everything about the notebooks that could drift if kept by hand.
+"""Write everything about the notebooks that could drift if kept by hand: eight kinds.
 
-- each notebook's first cell: Colab and Binder badges and prev | contents | next links;
-- each notebook's last cell: a link to the error index (docs/errors.md), then the same
-  navigation;
-- the first paragraph of each notebook's setup cell (tagged ``setup``): installs utils on Colab;
-- quiz cells collapsed (their source names the answer);
-- docs/errors.md, the error index, from docs/errors.toml (tools/build_errors.py);
-- the README's tables of notebooks and labs (the core path, then the next step), between the
-  table markers, with each notebook's reading time (main flow / everything) from
-  tools/reading_time.py.
+In every notebook, lesson and lab (student and solution):
 
-All links come from ``[tool.lessons]`` in pyproject.toml. Usage:
+1. the first cell (tag ``nav-header``): Colab and Binder badges, prev | contents | next links,
+   and in a lab one line on keeping your work (:func:`keep_your_work`);
+2. the last cell (tag ``nav-footer``): a link to the error index (docs/errors.md), then the same
+   navigation;
+3. the folded cell above the setup cell (tag ``setup-helpers``): on Colab it installs the
+   course's helpers, then imports them and checks that a learner's own ``utils.py`` does not
+   hide them; the setup cell below loses any older copy of it;
+4. quiz cells (``utils.quiz(...)``) collapsed, since their source names the answer;
+5. the parts a first read skips folded (:func:`collapse_optional_parts`): "Going deeper" and
+   "On a CPU-only machine" sections, cells tagged ``going-deeper`` or ``cpu-only``, and check
+   cells (tag ``hidden-check``), in JupyterLab and in Colab;
+6. the first line of each folded code cell: the check cells' title (:data:`CHECK_TITLE`) and an
+   optional cell's title (:data:`OPTIONAL_TITLES`), what a folded cell shows.
 
-    python -m tools.build_nav          # rewrite what is out of date
+Outside the notebooks:
+
+7. the README's tables of notebooks and labs (the core path, then the next step), between the
+   table markers, with each notebook's reading time (main flow / everything) from
+   tools/reading_time.py, which counts stored outputs: it refuses a notebook that has none
+   (run it first: ``make check NB=...``), and nothing is written then;
+8. docs/errors.md, the error index, from docs/errors.toml (tools/build_errors.py).
+
+All links come from ``[tool.lessons]`` in pyproject.toml. tools/run_notebooks.py and
+tools/build_labs.py run this after a run, so the reading times see the new outputs. Usage:
+
+    python -m tools.build_nav          # rewrite what is out of date (make nav)
     python -m tools.build_nav --check  # list what is out of date, exit 1 if anything is
 """
 
@@ -410,7 +425,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="only report, change nothing")
     args = parser.parse_args(argv)
-    changes = stale_files()
+    try:
+        changes = stale_files()
+    except reading_time.NotRunError as error:  # the README's reading time would be wrong
+        print(f"make nav: nothing written: {error}", file=sys.stderr)
+        return 1
     for path, text in changes:
         name = path.relative_to(lessons.ROOT)
         if args.check:

@@ -68,6 +68,9 @@ c.ExecutePreprocessor.error_on_timeout = {{
     "evalue": "this cell did not finish in {timeout} s: look for a loop that never ends",
     "traceback": ["this cell did not finish in {timeout} s: look for a loop that never ends"],
 }}
+# Every kernel nbgrader starts first runs labchecks.grading.KERNEL_SETUP, so that under
+# autograde a cell the timeout stops shows that advice, not a KeyboardInterrupt traceback.
+c.ExecutePreprocessor.extra_arguments = {kernel_arguments!r}
 # A student who deleted a test cell gets it back (and its score), not a missing line.
 c.OverwriteCells.add_missing_cells = True
 '''
@@ -152,7 +155,8 @@ def write_sources(course: Path, labs: list[Path], course_id: str = COURSE_ID,
         config.write_text(CONFIG.format(root=str(course.resolve()), course=course_id,
                                         ignored=IGNORED, timeout=_grader_constant(
                                             "CELL_TIMEOUT_S"),
-                                        check=_grader_constant("CHECK_TIME_LIMIT_S")),
+                                        check=_grader_constant("CHECK_TIME_LIMIT_S"),
+                                        kernel_arguments=kernel_arguments()),
                             encoding="utf-8")
     manifest_path = course / MANIFEST
     manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
@@ -177,6 +181,14 @@ def write_sources(course: Path, labs: list[Path], course_id: str = COURSE_ID,
         manifest[key] = _digest(text)
     manifest_path.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     return kept
+
+
+def kernel_arguments() -> list[str]:
+    """The kernel's command-line arguments that run the grader's ``KERNEL_SETUP`` at start
+    (read from labchecks/grading.py, as the other constants, without importing it)."""
+    text = GRADER.read_text(encoding="utf-8")
+    setup = re.search(r'^KERNEL_SETUP = "([^"\n]+)"$', text, re.MULTILINE)[1]
+    return [f"--IPKernelApp.exec_lines={setup}"]
 
 
 def _grader_constant(name: str) -> int:

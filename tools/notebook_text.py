@@ -5,14 +5,16 @@ Authoring aid: the .ipynb stays the source of truth (commit only the .ipynb).
     python -m tools.notebook_text to-text notebooks/01_tensor_to.ipynb > /tmp/01.py
     # edit /tmp/01.py
     python -m tools.notebook_text from-text /tmp/01.py notebooks/01_tensor_to.ipynb
-    python -m tools.build_nav && python -m tools.run_notebooks notebooks/01_tensor_to.ipynb
+    make check NB=notebooks/01_tensor_to.ipynb   # re-run it, then nav, nbval and tests/repo
 
 The text format: an optional first line ``#! covers: ...`` (the README's one-line
 summary); then cells, each starting with ``# %%`` (code) or ``# %% [markdown]``,
 optionally followed by ``id=CELL_ID`` and ``tags=tag1,tag2``. Markdown is written as is,
 not commented. Generated cells (badges and navigation, the setup helpers above the setup cell)
-are left out of the text; from-text writes them back (so the notebook runs at once), and
-tools/build_nav.py refreshes what depends on other notebooks (the README table, reading times).
+are left out of the text; from-text writes them back (so the notebook runs at once). The text
+holds no outputs, so neither does the notebook from-text writes: run it next (``make check``, or
+``tools.run_notebooks``, which then refreshes the README table and its reading times). Until it
+has run, ``make nav`` refuses it rather than write a reading time without its outputs.
 
 Cell ids survive the round trip: a cell keeps the id its marker line names, a new cell (a
 marker without ``id=``) gets a fresh one, so anything keyed by cell id (review notes, a
@@ -111,6 +113,8 @@ def main(argv: list[str]) -> int:
         notebook = from_text(Path(argv[1]).read_text(encoding="utf-8"), previous)
         notebook = build_nav.with_generated_cells(notebook, target.resolve())  # runnable at once
         target.write_text(build_nav.serialize(notebook), encoding="utf-8")
+        print(f"wrote {target}, without outputs: run it next (make check NB={target})",
+              file=sys.stderr)
         return 0
     print(__doc__, file=sys.stderr)
     return 2

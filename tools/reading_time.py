@@ -261,13 +261,42 @@ def walk(cells: list[dict]):
 
 
 def estimate(path: Path, text: str | None = None) -> Estimate:
-    """Return the reading-time ``Estimate`` of the notebook at ``path`` (or of its ``text``)."""
+    """Return the reading-time ``Estimate`` of the notebook at ``path`` (or of its ``text``).
+
+    Raises :class:`NotRunError` for a notebook whose code cells hold no stored outputs (as
+    ``tools.notebook_text from-text`` leaves it): outputs count, so its figure would be wrong."""
     try:
         notebook = json.loads(Path(path).read_text(encoding="utf-8") if text is None else text)
         cells = notebook["cells"]
     except (OSError, ValueError, KeyError) as error:
         raise ValueError(f"{path}: cannot read it as a notebook ({error})") from None
+    if not has_run(cells):
+        raise NotRunError(path)
     return estimate_cells(cells)
+
+
+class NotRunError(ValueError):
+    """A notebook with no stored outputs: its reading time cannot be estimated yet."""
+
+    def __init__(self, path: Path):
+        try:
+            name = Path(path).resolve().relative_to(lessons.ROOT).as_posix()
+        except ValueError:
+            name = str(path)
+        super().__init__(
+            f"{name} has no stored outputs (none of its code cells has run), and its reading "
+            "time counts them: run it first, then this again: "
+            f"`make check NB={name}` (or `python -m tools.run_notebooks {name}`)"
+        )
+        self.path = path
+
+
+def has_run(cells: list[dict]) -> bool:
+    """True when a code cell, navigation cells aside, holds an output or an execution count;
+    also True for a notebook without code cells, which has nothing to run."""
+    code = [cell for cell, _tags, _source, _folded in walk(cells)
+            if cell.get("cell_type") == "code"]
+    return not code or any(cell.get("outputs") or cell.get("execution_count") for cell in code)
 
 
 #: Tag of a check cell: facts a lesson asserts, kept out of a first read. It opens

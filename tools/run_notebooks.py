@@ -5,6 +5,8 @@ This is how every stored output in the repository is produced. Usage:
     python -m tools.run_notebooks                      # every lesson notebook
     python -m tools.run_notebooks notebooks/01_tensor_to.ipynb
 
+Then it refreshes what is derived from the notebooks (tools/build_nav.py: the README table's
+reading times count the outputs just stored), so one command leaves everything consistent.
 Cells tagged ``raises-exception`` may raise; any other error stops with a message.
 The picked device is forced to the CPU (LESSONS_DEVICE=cpu) so stored outputs are
 the CPU-only ones the tests compare against, and widgets print their plain-text form
@@ -56,7 +58,7 @@ def main(argv: list[str]) -> int:
         notebook = execute(path)
         path.write_text(build_nav.serialize(notebook), encoding="utf-8")
         print(f"executed: {path.relative_to(lessons.ROOT)}")
-    return 0
+    return build_nav.main([])  # what is derived from the outputs, after them
 
 
 if __name__ == "__main__":

@@ -30,15 +30,11 @@ from utils.devices import (
 from utils.distributed import Worker, WorkerFailed, process_group, torchrun
 from utils.errors import CheckpointError, UnsafeCheckpointError
 from utils.explain import Explanation, explain, explain_errors
+from utils.figures import placement_figure
 from utils.footprint import Footprint, footprint
 from utils.ops import aten_ops
-from utils.placement import Finding, Placement, audit, placement_figure, where
+from utils.placement import Finding, Placement, audit, where
+from utils.scenarios import explore_save_load
 from utils.text import cleaned_error, format_bytes
 from utils.traffic import Copy, Ledger, Wait
-from utils.widgets import (
-    WIDGETS_ENV_VAR,
-    explore_save_load,
-    quiz,
-    view_placement,
-    widget_mode,
-)
+from utils.widgets import WIDGETS_ENV_VAR, quiz, view_placement, widget_mode

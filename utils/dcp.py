@@ -263,51 +263,14 @@ def latest(root: str | os.PathLike) -> Path | None:
     return Path(root) / name
 
 
-# --- a picture of the shards ---
-
-_RANK_COLOURS = ("#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860",
-                 "#DA8BC3", "#8C8C8C")
-
-
-def shard_figure(infos: list[DcpInfo], titles: list[str] | None = None):
-    """Return a Figure: per :class:`DcpInfo`, which rank holds which rows of each tensor.
-
-    Introduced in 10_sharded_training.
-    """
-    import matplotlib.pyplot as plt
-    from matplotlib.patches import Patch
-
-    titles = titles or [info.name for info in infos]
-    figure, axes = plt.subplots(1, len(infos), figsize=(5 * len(infos), 0.5 + 0.45 * max(
-        len(info.tensors) for info in infos)), squeeze=False, sharey=True)
-    ranks: set[int] = set()
-    for axis, info, title in zip(axes[0], infos, titles, strict=True):
-        tensors = info.tensors
-        for row, entry in enumerate(tensors):
-            length = entry.shape[0] if entry.shape else 1
-            for chunk in entry.chunks:
-                start = chunk.offsets[0] if chunk.offsets else 0
-                size = chunk.sizes[0] if chunk.sizes else 1
-                rank = chunk.rank if chunk.rank is not None else 0
-                ranks.add(rank)
-                axis.barh(row, size / length, left=start / length, height=0.7,
-                          color=_RANK_COLOURS[rank % len(_RANK_COLOURS)], edgecolor="white")
-                axis.text((start + size / 2) / length, row, f"{start}:{start + size}",
-                          ha="center", va="center", fontsize=8, color="white")
-        axis.set_yticks(range(len(tensors)), [e.key for e in tensors])
-        axis.invert_yaxis()
-        axis.set_xlim(0, 1)
-        axis.set_xlabel("rows of the tensor (fraction of its first dimension)")
-        axis.set_title(title)
-    axes[0][0].set_ylabel("tensor")
-    handles = [Patch(color=_RANK_COLOURS[r % len(_RANK_COLOURS)], label=f"rank {r}")
-               for r in sorted(ranks)]
-    figure.legend(handles=handles, loc="lower center", ncol=len(handles), frameon=False)
-    figure.suptitle("Which process holds which rows of each tensor")
-    figure.tight_layout(rect=(0, 0.08, 1, 1))
-    return figure
-
-
 def _rank_of(file: str) -> int | None:
     found = _DATA_FILE.match(file)
     return int(found.group(1)) if found else None
+
+
+def __getattr__(name: str):
+    """``utils.dcp.shard_figure`` (notebook 08 calls it there), now in utils/figures.py."""
+    if name == "shard_figure":
+        from utils.figures import shard_figure
+        return shard_figure
+    raise AttributeError(f"module 'utils.dcp' has no attribute {name!r}")

@@ -36,6 +36,33 @@ _NICKNAMES = {
 }
 
 
+def pick_device() -> torch.device:
+    """Return the device the lessons run on: ``LESSONS_DEVICE`` if set, else the accelerator.
+
+    The accelerator is ``torch.accelerator.current_accelerator(check_available=True)``, else
+    cpu; it comes with its index (``cuda:0``), as ``tensor.device`` reports it. Introduced
+    in 00_devices.
+    """
+    override = os.environ.get(DEVICE_ENV_VAR, "").strip()
+    if override:
+        try:
+            device = parse_device(override)
+        except (ValueError, DeviceNotAvailableError) as error:
+            raise type(error)(f"{DEVICE_ENV_VAR}={override!r}: {error}") from None
+        if device.type == "meta":
+            raise ValueError(
+                f"{DEVICE_ENV_VAR}={override!r}: meta holds no data, so lessons cannot run "
+                f"on it. Use a real device: {', '.join(available_devices())}."
+            )
+        if device.index is None and is_accelerator(device):
+            device = _indexed(device.type)
+        return device
+    accelerator = torch.accelerator.current_accelerator(check_available=True)
+    if accelerator is None:
+        return torch.device("cpu")
+    return torch.device(accelerator.type, torch.accelerator.current_device_index())
+
+
 class DeviceNotAvailableError(RuntimeError):
     """A device string that PyTorch understands, naming a device this machine lacks."""
 
@@ -186,33 +213,6 @@ def _indexed(device_type: str) -> torch.device:
     if device_type == "xpu":
         return torch.device("xpu", torch.xpu.current_device())
     return torch.device(device_type, 0)
-
-
-def pick_device() -> torch.device:
-    """Return the device the lessons run on: ``LESSONS_DEVICE`` if set, else the accelerator.
-
-    The accelerator is ``torch.accelerator.current_accelerator(check_available=True)``, else
-    cpu; it comes with its index (``cuda:0``), as ``tensor.device`` reports it. Introduced
-    in 00_devices.
-    """
-    override = os.environ.get(DEVICE_ENV_VAR, "").strip()
-    if override:
-        try:
-            device = parse_device(override)
-        except (ValueError, DeviceNotAvailableError) as error:
-            raise type(error)(f"{DEVICE_ENV_VAR}={override!r}: {error}") from None
-        if device.type == "meta":
-            raise ValueError(
-                f"{DEVICE_ENV_VAR}={override!r}: meta holds no data, so lessons cannot run "
-                f"on it. Use a real device: {', '.join(available_devices())}."
-            )
-        if device.index is None and is_accelerator(device):
-            device = _indexed(device.type)
-        return device
-    accelerator = torch.accelerator.current_accelerator(check_available=True)
-    if accelerator is None:
-        return torch.device("cpu")
-    return torch.device(accelerator.type, torch.accelerator.current_device_index())
 
 
 def is_accelerator(device: str | torch.device) -> bool:

@@ -7,16 +7,6 @@ from collections.abc import Callable
 from torch.utils._python_dispatch import TorchDispatchMode
 
 
-class _Recorder(TorchDispatchMode):
-    def __init__(self) -> None:
-        super().__init__()
-        self.names: list[str] = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.names.append(str(func.overloadpacket))
-        return func(*args, **(kwargs or {}))
-
-
 def aten_ops(function: Callable[[], object]) -> list[str]:
     """Run ``function()`` and return the names of the ATen operations it ran, in order.
 
@@ -27,3 +17,13 @@ def aten_ops(function: Callable[[], object]) -> list[str]:
     with _Recorder() as recorder:
         function()
     return recorder.names
+
+
+class _Recorder(TorchDispatchMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.names: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.names.append(str(func.overloadpacket))
+        return func(*args, **(kwargs or {}))

@@ -6,19 +6,14 @@ Introduced in 03_module_to; 04_cross_device_errors uses :func:`audit`. Only ``.d
 
 from __future__ import annotations
 
-import html
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
 from utils.devices import DeviceNotAvailableError, parse_device
-from utils.figures import _DEVICE_COLOURS, _META_COLOUR
-
-if TYPE_CHECKING:  # matplotlib itself is imported by placement_figure, the one that draws
-    from matplotlib.figure import Figure
+from utils.text import columns, marked_table_html
 
 
 def where(obj: nn.Module | torch.Tensor | dict | list | tuple) -> PlacementTable:
@@ -134,27 +129,15 @@ class PlacementTable(list):
     def __str__(self) -> str:
         if not self:
             return "(no tensors found)"
-        rows = [_HEADERS, *(p.row() for p in self)]
-        widths = [max(len(row[i]) for row in rows) for i in range(len(_HEADERS))]
-        lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
-                 for row in rows]
-        lines.insert(1, "  ".join("-" * w for w in widths))
-        return "\n".join(lines)
+        return "\n".join(columns(_HEADERS, [p.row() for p in self], rule=True))
 
     __repr__ = __str__
 
     def _repr_html_(self) -> str:
         if not self:
             return "<p>(no tensors found)</p>"
-        head = "".join(f"<th style='text-align:left'>{h}</th>" for h in _HEADERS)
-        body = []
-        for placement in self:
-            left_behind = placement.moved_by_to is False
-            style = " style='color:#b00000;font-weight:bold'" if left_behind else ""
-            cells = "".join(f"<td style='text-align:left'>{html.escape(c)}</td>"
-                            for c in placement.row())
-            body.append(f"<tr{style}>{cells}</tr>")
-        return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+        return marked_table_html(_HEADERS, [p.row() for p in self],
+                                 [p.moved_by_to is False for p in self])
 
     def devices(self) -> set[torch.device]:
         """The set of devices the tensors are on."""
@@ -382,117 +365,9 @@ def _to_fix(module: nn.Module, placement: Placement, target: torch.device) -> st
             f"no reassignment needed")
 
 
-_FIGURE_COLOURS = {**_DEVICE_COLOURS, "meta": "#fff2cc"}  # meta: pale yellow, not grey-blue
-_LEFT_BEHIND_RED = "#c00000"
-_NOT_YET_ORANGE = "#b45f06"
-_COLLAPSE_OVER = 4  # a clean subtree with more tensors than this is drawn as one row
-
-
-def _clean(placement: Placement, target: torch.device | None) -> bool:
-    """Nothing to mark: moved by .to (or rebuilt each call) and, if given, on ``target``."""
-    return placement.moved_by_to is not False and (target is None or placement.device == target)
-
-
-_Row = tuple[int, str, Placement | None, torch.device | None]
-
-
-def _figure_rows(table: PlacementTable, target: torch.device | None) -> list[_Row]:
-    """(depth, label, tensor or None, None); a clean subtree: (depth, summary, None, device)."""
-    under: dict[str, list[Placement]] = {}
-    for placement in table:
-        parts = placement.name.split(".")
-        for depth in range(1, len(parts)):
-            under.setdefault(".".join(parts[:depth]), []).append(placement)
-    collapsed = {
-        owner for owner, tensors in under.items()
-        if len(tensors) > _COLLAPSE_OVER and len({p.device for p in tensors}) == 1
-        and all(_clean(p, target) for p in tensors)}
-    rows: list[_Row] = []
-    drawn: set[str] = set()
-    for placement in table:
-        parts = placement.name.split(".")
-        for depth in range(1, len(parts)):
-            owner = ".".join(parts[:depth])
-            if owner in drawn:
-                if owner in collapsed:
-                    break
-                continue
-            drawn.add(owner)
-            if owner in collapsed:
-                tensors = under[owner]
-                rows.append((depth - 1, f"{parts[depth - 1]}/  ({len(tensors)} tensors, all on "
-                             f"{tensors[0].device})", None, tensors[0].device))
-                break
-            rows.append((depth - 1, f"{parts[depth - 1]}/", None, None))
-        else:
-            rows.append((len(parts) - 1, parts[-1], placement, None))
-    return rows
-
-
-def placement_figure(module: nn.Module, device: str | torch.device | None = None,
-                     title: str | None = None, max_rows: int = 40) -> Figure:
-    """Return a Figure of ``module``'s tree, each tensor a box coloured by its device.
-
-    Left behind by ``.to``: red; with ``device``, registered but not on it yet: orange.
-    A clean subtree of more than four tensors is one row. Introduced in 03_module_to.
-    """
-    if not isinstance(module, nn.Module):
-        raise TypeError(f"placement_figure() needs an nn.Module, got {type(module).__name__}.")
-    import matplotlib.pyplot as plt
-    from matplotlib.patches import Patch
-
-    target = _target_device(device) if device is not None else None
-    rows = _figure_rows(where(module), target)
-    hidden = max(0, len(rows) - max_rows)
-    rows = rows[:max_rows]
-    height = len(rows) + 1 + (1 if hidden else 0)
-    figure, axes = plt.subplots(figsize=(10, 0.6 + 0.32 * height))
-    axes.set_xlim(0, 10)
-    axes.set_ylim(-0.5 - (1 if hidden else 0), len(rows) + 0.5)
-    axes.axis("off")
-    axes.set_title(title or f"Where the tensors of {type(module).__name__} live")
-    axes.text(0.1, len(rows), type(module).__name__, fontsize=10, weight="bold",
-              family="monospace", va="center")
-    marked = set()
-    for index, (depth, label, placement, summary_device) in enumerate(rows):
-        y = len(rows) - 1 - index
-        x = 0.4 + 0.45 * depth
-        if summary_device is not None:  # a collapsed clean subtree
-            axes.text(x, y, label, fontsize=9, family="monospace", va="center", bbox={
-                "boxstyle": "round,pad=0.25", "edgecolor": "#777777", "linewidth": 0.8,
-                "facecolor": _FIGURE_COLOURS.get(summary_device.type, _META_COLOUR)})
-            continue
-        if placement is None:
-            axes.text(x, y, label, fontsize=9, family="monospace", va="center", color="#444444")
-            continue
-        colour = _FIGURE_COLOURS.get(placement.device.type, _META_COLOUR)
-        left_behind = placement.moved_by_to is False
-        not_yet = not left_behind and not _clean(placement, target)
-        axes.text(x, y, f"{label}  [{placement.device}]", fontsize=9, family="monospace",
-                  va="center", bbox={"boxstyle": "round,pad=0.25", "facecolor": colour,
-                                     "edgecolor": _LEFT_BEHIND_RED if left_behind else "#777777",
-                                     "linewidth": 2 if left_behind else 0.8})
-        note, colour = placement.kind, "#555555"
-        if left_behind:
-            note, colour = f"{note}  ✗ left behind by .to", _LEFT_BEHIND_RED
-            marked.add("left")
-        elif not_yet:
-            note, colour = f"{note}  ✗ not on {target} yet", _NOT_YET_ORANGE
-            marked.add("not yet")
-        axes.text(4.6, y, note, fontsize=8, va="center", color=colour)
-    if hidden:
-        axes.text(0.4, -1, f"... {hidden} more rows not drawn", fontsize=9, style="italic")
-    devices = sorted({p.device.type for _, _, p, _ in rows if p is not None}
-                     | {d.type for _, _, _, d in rows if d is not None})
-    handles = [Patch(facecolor=_FIGURE_COLOURS.get(d, _META_COLOUR), edgecolor="#777777",
-                     label=d) for d in devices]
-    if "left" in marked:
-        handles.append(Patch(facecolor="white", edgecolor=_LEFT_BEHIND_RED, linewidth=2,
-                             label="left behind by .to"))
-    if "not yet" in marked:
-        handles.append(Patch(facecolor="white", edgecolor=_NOT_YET_ORANGE,
-                             label=f"not on {target} yet"))
-    axes.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8,
-                title="device / mark", title_fontsize=8)
-    figure.tight_layout()
-    return figure
+def __getattr__(name: str):
+    """``utils.placement.placement_figure``, now in utils/figures.py, is still reached here."""
+    if name == "placement_figure":
+        from utils.figures import placement_figure
+        return placement_figure
+    raise AttributeError(f"module 'utils.placement' has no attribute {name!r}")

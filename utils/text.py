@@ -1,5 +1,8 @@
 """The text every helper shows: byte sizes, tables, and the first line of an error.
 
+Every table a helper prints goes through :func:`columns` (text) and :func:`table_html` or
+:func:`marked_table_html` (HTML), so all tables look alike.
+
 ``format_bytes`` and ``cleaned_error`` are introduced in 05_save_load_scenarios.
 """
 
@@ -48,11 +51,7 @@ def first_sentence(message: str) -> str:
 def table_text(summary: str, header: tuple[str, ...], rows: list[tuple[str, ...]],
                total: int) -> str:
     """Return the summary, ``rows`` under ``header`` in columns, and how many were left out."""
-    table = [header, *rows]
-    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
-    lines = [summary]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
-              for row in table]
+    lines = [summary, *columns(header, rows)]
     if total > len(rows):
         lines.append(f"... and {total - len(rows)} more")
     return "\n".join(lines)
@@ -67,3 +66,33 @@ def table_html(summary: str, header: tuple[str, ...], rows: list[tuple[str, ...]
     return (f"<p><b>{html.escape(summary)}</b></p><table>"
             "<tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in header) + "</tr>"
             f"{cells}</table>{tail}")
+
+
+def columns(header: tuple[str, ...], rows: list[tuple[str, ...]], rule: bool = False
+            ) -> list[str]:
+    """Return the lines of ``rows`` under ``header``, each column as wide as its widest cell,
+    two spaces apart; with ``rule``, a line of dashes under the header. The text form of every
+    table here (:func:`table_text`, ``utils.where``'s table)."""
+    table = [header, *rows]
+    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+             for row in table]
+    if rule:
+        lines.insert(1, "  ".join("-" * w for w in widths))
+    return lines
+
+
+def marked_table_html(header: tuple[str, ...], rows: list[tuple[str, ...]],
+                      marked: list[bool]) -> str:
+    """Return ``rows`` under ``header`` as a left-aligned HTML table, each row whose ``marked``
+    is True in bold red: what a reader must see first (``utils.where``'s tensors left
+    behind by ``Module.to``, 03_module_to)."""
+    left = "style='text-align:left'"
+    head = "".join(f"<th {left}>{html.escape(h)}</th>" for h in header)
+    body = []
+    for row, mark in zip(rows, marked, strict=True):
+        style = " style='color:#b00000;font-weight:bold'" if mark else ""
+        cells = "".join(f"<td {left}>{html.escape(c)}</td>" for c in row)
+        body.append(f"<tr{style}>{cells}</tr>")
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+

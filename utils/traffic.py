@@ -38,33 +38,6 @@ _BOOLEAN_MASK = "boolean-mask indexing (its size depends on the data)"
 _HOST_BUILT = {"tensor", "as_tensor", "asarray", "new_tensor"}
 
 
-@dataclass(frozen=True)
-class Copy:
-    """One copy ``source`` -> ``target`` of ``bytes``; ``implicit`` when PyTorch made it (07)."""
-
-    source: torch.device
-    target: torch.device
-    bytes: int
-    non_blocking: bool = False
-    implicit: bool = False
-    operation: str = ""
-
-    @property
-    def direction(self) -> str:
-        """'host to device', 'device to host' or 'device to device'."""
-        if self.source.type == "cpu":
-            return "host to device"
-        return "device to host" if self.target.type == "cpu" else "device to device"
-
-
-@dataclass(frozen=True)
-class Wait:
-    """One point where the host waits for ``device``, and ``why``."""
-
-    device: torch.device
-    why: str
-
-
 @dataclass
 class Ledger:
     """Record copies between devices and host waits while the ``with`` block runs.
@@ -113,6 +86,33 @@ class Ledger:
 
     def _wait(self, device, why):
         self.waits.append(Wait(torch.device(device), why))
+
+
+@dataclass(frozen=True)
+class Copy:
+    """One copy ``source`` -> ``target`` of ``bytes``; ``implicit`` when PyTorch made it (07)."""
+
+    source: torch.device
+    target: torch.device
+    bytes: int
+    non_blocking: bool = False
+    implicit: bool = False
+    operation: str = ""
+
+    @property
+    def direction(self) -> str:
+        """'host to device', 'device to host' or 'device to device'."""
+        if self.source.type == "cpu":
+            return "host to device"
+        return "device to host" if self.target.type == "cpu" else "device to device"
+
+
+@dataclass(frozen=True)
+class Wait:
+    """One point where the host waits for ``device``, and ``why``."""
+
+    device: torch.device
+    why: str
 
 
 def _nbytes(tensor: torch.Tensor) -> int:

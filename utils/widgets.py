@@ -1,26 +1,23 @@
-"""Widgets that teach: a predict-the-output quiz, a save/load explorer, a placement viewer.
+"""Widgets that teach: a predict-the-output quiz and a placement viewer, and how widgets show.
 
-The quiz is introduced in 01_tensor_to, the viewer in 03_module_to, the explorer in
-05_save_load_scenarios. They use only what ipywidgets 8 and 7.7 (Colab) both have, and
-no Output widget: each result is a string in an ``HTML`` widget's ``value``. Where widgets
-cannot be shown (:func:`widget_mode`), each prints plain text instead.
+The quiz is introduced in 01_tensor_to, the viewer in 03_module_to; 05's save/load explorer
+(utils/scenarios.py) is built with the same helpers (:func:`ipywidgets_module`,
+:func:`display_widget`, :func:`pre_html`). They use only what ipywidgets 8 and 7.7 (Colab)
+both have, and no Output widget: each result is a string in an ``HTML`` widget's ``value``.
+Where widgets cannot be shown (:func:`widget_mode`), each prints plain text instead.
 """
 
 from __future__ import annotations
 
-import contextlib
 import html
 import os
 import re
-import tempfile
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-from utils.checkpoints import save_as_if_on
 from utils.devices import available_devices, second_device
 from utils.placement import where
 
@@ -40,10 +37,10 @@ def quiz(
     if widget_mode() == "text":
         print(quiz_text(question, choices))
     else:
-        _display(quiz_widget(question, choices, answer, explanations))
+        display_widget(quiz_widget(question, choices, answer, explanations))
 
 
-# --- how the quiz and the explorers are built ---
+# --- how the quiz, the viewer and 05's explorer are built ---
 
 #: Environment variable that forces the display mode: ``text`` or ``widgets``.
 WIDGETS_ENV_VAR = "LESSONS_WIDGETS"
@@ -71,8 +68,8 @@ def widget_mode() -> str:
     return "widgets" if shell is not None and hasattr(shell, "kernel") else "text"
 
 
-def _widgets():
-    """The ipywidgets module, or an ImportError that says how to get it."""
+def ipywidgets_module():
+    """Return the ipywidgets module, or raise an ImportError that says how to get it."""
     try:
         import ipywidgets
     except ImportError as error:
@@ -83,7 +80,8 @@ def _widgets():
     return ipywidgets
 
 
-def _display(widget) -> None:
+def display_widget(widget) -> None:
+    """Show ``widget`` in the notebook (IPython's display)."""
     from IPython.display import display
 
     display(widget)
@@ -94,7 +92,8 @@ def _inline_html(text: str) -> str:
     return re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(text))
 
 
-def _pre(text: str) -> str:
+def pre_html(text: str) -> str:
+    """Return ``text`` escaped, in a <pre> block: code or a message inside an HTML widget."""
     return f"<pre style='margin:0.2em 0'>{html.escape(text)}</pre>"
 
 
@@ -160,7 +159,7 @@ def quiz_widget(
 ):
     """Return the quiz as an ipywidgets ``VBox``: question, one button per choice, feedback."""
     _check_quiz(choices, answer, explanations)
-    widgets = _widgets()
+    widgets = ipywidgets_module()
     heading = widgets.HTML(value=f"<b>Predict, then run:</b> {_inline_html(question)}")
     feedback = widgets.HTML(value="<i>Click the answer you predict.</i>")
     buttons = []
@@ -184,156 +183,6 @@ def quiz_widget(
         button.on_click(on_click)
     box = widgets.VBox([heading, widgets.VBox(buttons), feedback])
     box.add_class("lessons-quiz")
-    return box
-
-
-# --- the save/load scenario explorer (notebook 05) ---
-
-#: Where a checkpoint may have been saved, in the explorer.
-SAVED_ON = ("cpu", "cuda:0", "mps")
-#: The map_location forms the explorer offers.
-MAP_LOCATION_KINDS = ("none", "'cpu'", "device", "dict", "callable")
-
-
-def _map_location(kind: str, saved_on: str, loaded_on: str) -> tuple[Any, str]:
-    """The map_location value for ``kind``, and the code that writes it."""
-    if kind == "none":
-        return None, ""
-    if kind == "'cpu'":
-        return "cpu", ', map_location="cpu"'
-    if kind == "device":
-        return torch.device(loaded_on), f', map_location=torch.device("{loaded_on}")'
-    if kind == "dict":
-        return {saved_on: loaded_on}, f', map_location={{"{saved_on}": "{loaded_on}"}}'
-    if kind == "callable":
-        if loaded_on == "cpu":
-            code = ", map_location=lambda storage, location: storage"
-            return (lambda storage, location: storage), code
-
-        def move(storage, location):
-            return storage.to(device=loaded_on)
-
-        code = f', map_location=lambda storage, location: storage.to(device="{loaded_on}")'
-        return move, code
-    raise ValueError(f"map_location kind {kind!r} is not one of {MAP_LOCATION_KINDS}.")
-
-
-def scenario_code(saved_on: str, loaded_on: str, kind: str) -> str:
-    """Return the code of one save/load scenario, as a learner would write it."""
-    _, argument = _map_location(kind, saved_on, loaded_on)
-    return "\n".join([
-        f"# on a machine with {saved_on}:",
-        f'state_dict = {{"weight": torch.ones(2, 3, device="{saved_on}"), '
-        f'"bias": torch.zeros(2, device="{saved_on}")}}',
-        'torch.save(state_dict, "checkpoint.pt")',
-        f"# then, on the machine that loads it, for use on {loaded_on}:",
-        f'state_dict = torch.load("checkpoint.pt"{argument})',
-    ])
-
-
-def run_scenario(
-    saved_on: str, loaded_on: str, kind: str, folder: str | Path | None = None
-) -> dict[str, Any]:
-    """Save a tiny state dict "on" ``saved_on``, load it with map_location ``kind``; for real.
-
-    Without ``saved_on`` here, the file's storages are tagged with it
-    (:func:`utils.checkpoints.save_as_if_on`). Returns ``code``, ``how``, ``devices``
-    ({key: device} or None) and ``error`` (``"Type: message"`` or None).
-    """
-    if saved_on not in SAVED_ON:
-        raise ValueError(f"saved_on {saved_on!r} is not one of {SAVED_ON}.")
-    map_location, _ = _map_location(kind, saved_on, loaded_on)
-    state_dict = {"weight": torch.ones(2, 3), "bias": torch.zeros(2)}
-    with contextlib.ExitStack() as stack:
-        if folder is None:
-            folder = stack.enter_context(tempfile.TemporaryDirectory())
-        path = Path(folder) / "checkpoint.pt"
-        if saved_on == "cpu" or saved_on.split(":")[0] in _real_types():
-            state_dict = {key: value.to(saved_on) for key, value in state_dict.items()}
-            torch.save(state_dict, path)
-            how = f"saved from tensors on {saved_on}, on this machine"
-        else:
-            save_as_if_on(state_dict, path, saved_on)
-            how = (f"this machine has no {saved_on}: written here with every storage tagged "
-                   f"{saved_on!r}, as a {saved_on} machine tags them")
-        try:
-            loaded = torch.load(path, map_location=map_location)
-        except Exception as error:  # the genuine error is the lesson
-            message = f"{type(error).__name__}: {error}"
-            return {"code": scenario_code(saved_on, loaded_on, kind), "how": how,
-                    "devices": None, "error": message}
-    devices = {key: str(value.device) for key, value in loaded.items()}
-    return {"code": scenario_code(saved_on, loaded_on, kind), "how": how,
-            "devices": devices, "error": None, "wanted": loaded_on}
-
-
-def misplaced_note(result: Mapping[str, Any]) -> str:
-    """Return a sentence when a load succeeded but not onto the device the code wanted, else "".
-
-    On a GPU, a ``cuda:0`` file loaded with no ``map_location`` lands on ``cuda:0``.
-    """
-    wanted = result.get("wanted")
-    if result["error"] or wanted is None:
-        return ""
-    landed = sorted({device for device in result["devices"].values()})
-    if landed == [str(torch.device(wanted))]:
-        return ""
-    return (f"Not where this code wanted them: on {', '.join(landed)}, not {wanted}. "
-            "With no map_location, torch.load follows the tag each storage was saved with.")
-
-
-def _real_types() -> set[str]:
-    return {name.split(":")[0] for name in available_devices()}
-
-
-def scenario_report(result: Mapping[str, Any]) -> str:
-    """Return :func:`run_scenario`'s result as plain text: code, how, devices or error."""
-    if result["error"]:
-        outcome = f"It fails, with PyTorch's own error:\n{result['error']}"
-    else:
-        outcome = "Loaded. Where each tensor is now:\n" + "\n".join(
-            f"  {key}: {device}" for key, device in result["devices"].items())
-        if note := misplaced_note(result):
-            outcome += f"\n{note}"
-    return f"{result['code']}\n\n({result['how']})\n\n{outcome}"
-
-
-def scenario_explorer():
-    """Return the save/load scenario explorer: choose saved on, loaded on, map_location.
-
-    "Run this case" shows :func:`run_scenario`'s result in the last child (``HTML``).
-    """
-    widgets = _widgets()
-    style = {"description_width": "initial"}
-    saved = widgets.Dropdown(options=list(SAVED_ON), value="cuda:0",
-                             description="saved on:", style=style)
-    loaded = widgets.Dropdown(options=available_devices(), value="cpu",
-                              description="loaded on:", style=style)
-    kind = widgets.Dropdown(options=list(MAP_LOCATION_KINDS), value="none",
-                            description="map_location:", style=style)
-    run = widgets.Button(description="Run this case", button_style="primary",
-                         layout=widgets.Layout(width="auto"))
-    run.add_class("lessons-scenario-run")
-    result = widgets.HTML(value="<i>Predict what happens, then press Run this case.</i>")
-
-    def on_run(_button) -> None:
-        outcome = run_scenario(saved.value, loaded.value, kind.value)
-        colour = "#a40000" if outcome["error"] else "#1e6b1e"
-        verdict = "It fails" if outcome["error"] else "Loaded"
-        details = outcome["error"] or "\n".join(
-            f"{key}: {device}" for key, device in outcome["devices"].items())
-        note = misplaced_note(outcome)
-        result.value = (
-            f"<div class='lessons-scenario-result'>{_pre(outcome['code'])}"
-            f"<i>{html.escape(outcome['how'])}</i>"
-            f"<p style='color:{colour}'><b>{verdict}:</b></p>{_pre(details)}"
-            + (f"<p style='color:#a40000'>{html.escape(note)}</p>" if note else "")
-            + "</div>"
-        )
-
-    run.on_click(on_run)
-    box = widgets.VBox([widgets.HBox([saved, loaded, kind]), run, result])
-    box.add_class("lessons-scenario")
     return box
 
 
@@ -465,7 +314,7 @@ def placement_viewer():
 
     The last child (``HTML``) shows :func:`placement_report` for them.
     """
-    widgets = _widgets()
+    widgets = ipywidgets_module()
     style = {"description_width": "initial"}
     variant = widgets.Dropdown(options=list(VARIANTS), value="clean model",
                                description="model:", style=style)
@@ -487,7 +336,7 @@ def placement_viewer():
         left = ", ".join(report["left_behind"]) or "nothing"
         verdict = _forward_verdict(report)
         result.value = (
-            f"<div class='lessons-placement-result'>{_pre(report['code'])}"
+            f"<div class='lessons-placement-result'>{pre_html(report['code'])}"
             f"<table><tr><th>tensor</th><th>device</th><th>kind</th></tr>{rows}</table>"
             f"<p><b>Left behind by Module.to:</b> {html.escape(left)}</p>"
             f"<p><b>{html.escape(verdict[:1].upper() + verdict[1:])}.</b> "
@@ -500,26 +349,13 @@ def placement_viewer():
     return box
 
 
-def explore_save_load() -> None:
-    """Show the save/load explorer; as text, print the case saved on cuda:0, loaded here.
-
-    Introduced in 05_save_load_scenarios.
-    """
-    if widget_mode() == "widgets":
-        _display(scenario_explorer())
-        return
-    print(scenario_report(run_scenario("cuda:0", "cpu", "none")))
-    print("\nOther cases: utils.widgets.run_scenario(saved_on, loaded_on, map_location_kind)"
-          f" with saved_on in {SAVED_ON} and map_location_kind in {MAP_LOCATION_KINDS}.")
-
-
 def view_placement() -> None:
     """Show the placement viewer; as text, print what Module.to leaves behind per variant.
 
     Introduced in 03_module_to; used in 04_cross_device_errors.
     """
     if widget_mode() == "widgets":
-        _display(placement_viewer())
+        display_widget(placement_viewer())
         return
     target = str(second_device())
     print(f"After model.to({target!r}): what is left behind, and one forward pass")
@@ -527,3 +363,17 @@ def view_placement() -> None:
         report = placement_report(variant, target)
         left = ", ".join(report["left_behind"]) or "nothing"
         print(f"  {variant:<26} left behind: {left}; {_forward_verdict(report)}")
+
+
+#: Names that moved to utils/scenarios.py and are still reached here: notebook 05's stored
+#: output names ``utils.widgets.run_scenario``.
+_MOVED_TO_SCENARIOS = frozenset({"run_scenario", "scenario_report", "scenario_explorer",
+                                 "misplaced_note", "SAVED_ON", "MAP_LOCATION_KINDS"})
+
+
+def __getattr__(name: str):
+    if name in _MOVED_TO_SCENARIOS:
+        from utils import scenarios
+        return getattr(scenarios, name)
+    raise AttributeError(f"module 'utils.widgets' has no attribute {name!r}")
+

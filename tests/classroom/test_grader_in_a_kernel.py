@@ -16,7 +16,7 @@ from tools import classroom
 
 ROOT = Path(__file__).resolve().parents[2]
 
-SETUP = "import torch\nimport labchecks as checks\nother = torch.device('meta')"
+SETUP = "import torch\nfrom labchecks import lab02 as checks\nother = torch.device('meta')"
 RIGHT = "def prepare(batch, device):\n    return batch.to(device)"
 NOISY = ("import sys, warnings, logging, os\n"
          "def prepare(batch, device):\n"
@@ -65,16 +65,31 @@ def test_the_grader_scores_a_cell_by_its_value(answer, score, phrase, monkeypatc
     assert text.count("Exercise 2") <= 1  # the visible line does not show the verdict again
 
 
-def test_a_cell_stopped_by_the_timeout_says_to_look_for_a_loop(monkeypatch):
-    """nbgrader interrupts a cell past its timeout; the cell says why, and the next one runs."""
-    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
-    monkeypatch.setenv("PYTHONPATH", str(ROOT))
-    cells = ["import labchecks as checks", "steps = 0\nwhile True:\n    steps += 1", "print('on')"]
+def _stopped_by_the_timeout(kernel_arguments: list[str]) -> nbformat.NotebookNode:
+    cells = ["from labchecks import lab02 as checks", "steps = 0\nwhile True:\n    steps += 1",
+             "print('on')"]
     notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(s) for s in cells])
     NotebookClient(notebook, kernel_name="python3", allow_errors=True, timeout=5,
-                   interrupt_on_timeout=True,
+                   interrupt_on_timeout=True, extra_arguments=kernel_arguments,
                    error_on_timeout={"ename": "x", "evalue": "x", "traceback": []}).execute()
+    return notebook
+
+
+def test_a_cell_stopped_by_the_timeout_says_to_look_for_a_loop(monkeypatch):
+    """nbgrader interrupts a cell past its timeout; the cell says why, and the next one runs:
+    the kernel starts as the course's configuration says (tools/classroom.py)."""
+    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    notebook = _stopped_by_the_timeout(classroom.kernel_arguments())
     errors = [o for o in notebook.cells[1].outputs if o.output_type == "error"]
     assert errors and errors[0].ename == "CellTimeout"
     assert "look for a loop that never ends" in errors[0].evalue
     assert notebook.cells[2].outputs[0].text == "on\n"
+
+
+def test_importing_the_checks_changes_nothing_in_the_kernel(monkeypatch):
+    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    notebook = _stopped_by_the_timeout([])
+    errors = [o for o in notebook.cells[1].outputs if o.output_type == "error"]
+    assert errors and errors[0].ename == "KeyboardInterrupt"

@@ -18,8 +18,8 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file, save_model
 from transformers import AutoModelForCausalLM
 
-from labchecks import FAILED, NOT_ATTEMPTED, PASSED
 from labchecks import lab08 as checks
+from labchecks.feedback import FAILED, NOT_ATTEMPTED, PASSED
 
 DEVICE = torch.device("cpu")
 

@@ -15,8 +15,9 @@ import torch
 from lab_checks import assert_feedback as _status
 from torch import nn
 
-import labchecks as checks
 import utils
+from labchecks import lab02, lab04
+from labchecks.feedback import FAILED
 from utils import devices
 
 OTHER = torch.device("meta")
@@ -24,7 +25,7 @@ NVIDIA_URL = "http://www.nvidia.com/Download/index.aspx"
 
 #: (exception PyTorch raises, the device type it says is missing), one per form. The texts are
 #: PyTorch's (and the CUDA runtime's) as raised; the first is the CPU-only build's, the second
-#: the CUDA build's on a machine without a driver (torch 2.14.1+cu130 here).
+#: the CUDA build's on a machine without a driver (torch 2.14.1+cu130 and 2.15.0+cu132 here).
 FORMS = [
     (AssertionError("Torch not compiled with CUDA enabled"), "cuda"),
     (RuntimeError("Found no NVIDIA driver on your system. Please check that you have an NVIDIA "
@@ -102,8 +103,8 @@ def test_other_errors_that_mention_a_device_are_not_no_device_here(nothing_here,
 def test_lab02_cuda_shorthand_gets_the_to_device_advice_on_every_build(
         nothing_here, monkeypatch, error, kind):
     monkeypatch.setattr(torch.Tensor, "cuda", raising(error))  # what .cuda() raises here
-    feedback = _status(checks.check_prepare(lambda batch, device: batch.cuda(), OTHER),
-                       checks.FAILED, "use `.to(device)`")
+    feedback = _status(lab02.check_prepare(lambda batch, device: batch.cuda(), OTHER),
+                       FAILED, "use `.to(device)`")
     assert str(error).split(".")[0] in feedback.message  # PyTorch's own words, quoted
 
 
@@ -111,7 +112,7 @@ def test_lab02_cuda_shorthand_gets_the_to_device_advice_on_this_torch():
     """No mocks: whatever this build raises for `.cuda()` without a GPU."""
     if torch.cuda.is_available():
         pytest.skip("a GPU is here: .cuda() works")
-    _status(checks.check_prepare(lambda batch, device: batch.cuda(), OTHER), checks.FAILED,
+    _status(lab02.check_prepare(lambda batch, device: batch.cuda(), OTHER), FAILED,
             "use `.to(device)`")
 
 
@@ -129,8 +130,8 @@ def build_training_with_cuda(model, device):
 def test_lab04_bare_cuda_is_diagnosed_on_every_build(nothing_here, monkeypatch, error, kind):
     monkeypatch.setattr(nn.Module, "cuda", raising(error))
     feedback = _status(
-        checks.check_training_setup(build_training_with_cuda, torch.device("cpu"), OTHER),
-        checks.FAILED, "hard-coded 'cuda'")
+        lab04.check_training_setup(build_training_with_cuda, torch.device("cpu"), OTHER),
+        FAILED, "hard-coded 'cuda'")
     assert str(error).split(".")[0] in feedback.message
 
 
@@ -138,13 +139,13 @@ def test_lab04_bare_cuda_is_diagnosed_on_every_build(nothing_here, monkeypatch, 
                          ids=[i for i, f in zip(IDS, FORMS, strict=True) if f[1] != "cuda"])
 def test_lab04_hard_coded_mps_or_xpu_is_diagnosed(nothing_here, monkeypatch, error, kind):
     monkeypatch.setattr(nn.Module, "cuda", raising(error))  # stands in for .to('mps'/'xpu')
-    _status(checks.check_training_setup(build_training_with_cuda, torch.device("cpu"), OTHER),
-            checks.FAILED, "hard-coded 'cuda'")
+    _status(lab04.check_training_setup(build_training_with_cuda, torch.device("cpu"), OTHER),
+            FAILED, "hard-coded 'cuda'")
 
 
 def test_lab04_bare_cuda_is_diagnosed_on_this_torch():
     """No mocks: whatever this build raises for `.cuda()` without a GPU."""
     if torch.cuda.is_available():
         pytest.skip("a GPU is here: .cuda() works")
-    _status(checks.check_training_setup(build_training_with_cuda, torch.device("cpu"), OTHER),
-            checks.FAILED, "hard-coded 'cuda'")
+    _status(lab04.check_training_setup(build_training_with_cuda, torch.device("cpu"), OTHER),
+            FAILED, "hard-coded 'cuda'")

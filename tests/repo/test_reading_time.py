@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import nbformat
 import pytest
 
 from tools import build_nav, lessons, reading_time
@@ -160,6 +161,33 @@ def test_a_file_that_is_not_a_notebook_gets_a_clear_error(tmp_path):
     path.write_text("{not json", encoding="utf-8")
     with pytest.raises(ValueError, match="broken.ipynb: cannot read it as a notebook"):
         reading_time.estimate(path)
+
+
+def _without_outputs(path) -> str:
+    notebook = nbformat.read(path, as_version=4)
+    for cell in notebook.cells:
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
+    return build_nav.serialize(notebook)
+
+
+def test_a_notebook_with_no_stored_outputs_is_refused_naming_it_and_what_to_run():
+    # from-text leaves a notebook without outputs; its estimate would be minutes short.
+    path = lessons.lesson_notebooks()[1]
+    name = path.relative_to(lessons.ROOT).as_posix()
+    with pytest.raises(reading_time.NotRunError) as refused:
+        reading_time.estimate(path, _without_outputs(path))
+    assert name in str(refused.value)
+    assert f"make check NB={name}" in str(refused.value)
+    # and so is the README table that would show it: make nav writes nothing then
+    with pytest.raises(reading_time.NotRunError):
+        build_nav.readme_table({path: _without_outputs(path)})
+
+
+def test_a_notebook_that_ran_or_has_no_code_is_estimated():
+    assert reading_time.has_run([markdown("words only")])
+    assert reading_time.has_run([code("x = 1"), code("x", outputs=1)])
+    assert not reading_time.has_run([code("x = 1"), code("x")])
 
 
 def test_the_readme_table_shows_each_notebooks_reading_time():

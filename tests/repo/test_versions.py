@@ -35,3 +35,13 @@ def test_teacher_extras_are_pinned_exactly_and_repeat_no_learner_pin():
             assert "==" in line and "#" in line, f"pin it exactly, with a reason: {line!r}"
     assert "nbgrader" in _pins(text)
     assert not set(_pins(text)) & set(_pins((ROOT / "requirements.txt").read_text()))
+
+
+def test_colabs_versions_are_set_in_one_place_and_only_there():
+    colab = _pins((ROOT / "requirements-colab.txt").read_text())
+    assert set(colab) == {"torch", "ipywidgets"}, "everything else comes from requirements.txt"
+    makefile = (ROOT / "Makefile").read_text()
+    for version in colab.values():
+        assert version not in makefile, f"the Makefile reads {version} from requirements-colab.txt"
+    assert "requirements-colab.txt" in (ROOT / ".ci" / "run").read_text() or \
+        "test-colab" in (ROOT / ".ci" / "run").read_text(), "CI runs Colab's torch"

@@ -19,6 +19,7 @@ from torch.distributed.checkpoint.api import CheckpointException
 
 import utils
 from utils import dcp as dcp_tools
+from utils import figures
 
 pytestmark = pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
 
@@ -136,7 +137,7 @@ def test_shard_figure_has_a_title_and_labelled_axes(checkpoint):
     import matplotlib.pyplot as plt
 
     info = dcp_tools.inspect_dcp(checkpoint)
-    figure = dcp_tools.shard_figure([info, info], ["one", "two"])
+    figure = figures.shard_figure([info, info], ["one", "two"])
     try:
         assert figure._suptitle.get_text()
         assert [axis.get_title() for axis in figure.axes[:2]] == ["one", "two"]

@@ -1,6 +1,6 @@
-"""utils.figures.load_table: the scenario matrix of notebook 05 as text, one line per case."""
+"""utils.scenarios.load_table: the scenario matrix of notebook 05 as text, one line per case."""
 
-from utils.figures import load_table
+from utils.scenarios import load_table
 
 
 def test_each_case_is_one_line_with_the_cell_text_unwrapped():

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import utils
+from utils import scenarios
 from utils import widgets as lessons_widgets
 
 ipywidgets = pytest.importorskip("ipywidgets")
@@ -107,7 +108,7 @@ def test_quiz_in_text_mode_prints_question_and_choices_without_the_answer(monkey
 def test_quiz_in_widget_mode_displays_the_widget(monkeypatch, capsys):
     monkeypatch.setenv(utils.WIDGETS_ENV_VAR, "widgets")
     shown = []
-    monkeypatch.setattr(lessons_widgets, "_display", shown.append)
+    monkeypatch.setattr(lessons_widgets, "display_widget", shown.append)
     utils.quiz(QUESTION, CHOICES, ANSWER, WHY)
     assert len(shown) == 1 and isinstance(shown[0], ipywidgets.VBox)
     assert capsys.readouterr().out == ""
@@ -141,7 +142,7 @@ def _explorer_parts(box):
 
 @pytest.mark.skipif(ON_GPU, reason="on a GPU machine this case loads")
 def test_explorer_default_case_shows_pytorchs_real_cuda_error():
-    saved, loaded, kind, run, result = _explorer_parts(lessons_widgets.scenario_explorer())
+    saved, loaded, kind, run, result = _explorer_parts(scenarios.scenario_explorer())
     assert (saved.value, loaded.value, kind.value) == ("cuda:0", "cpu", "none")
     run.click()
     assert "It fails" in result.value
@@ -151,7 +152,7 @@ def test_explorer_default_case_shows_pytorchs_real_cuda_error():
 
 @pytest.mark.parametrize("kind", ["'cpu'", "device", "dict", "callable"])
 def test_explorer_with_a_map_location_loads_onto_the_chosen_device(kind):
-    saved, loaded, kind_box, run, result = _explorer_parts(lessons_widgets.scenario_explorer())
+    saved, loaded, kind_box, run, result = _explorer_parts(scenarios.scenario_explorer())
     saved.value, loaded.value, kind_box.value = "cuda:0", "cpu", kind
     run.click()
     assert "Loaded" in result.value and "weight: cpu" in result.value
@@ -160,20 +161,20 @@ def test_explorer_with_a_map_location_loads_onto_the_chosen_device(kind):
 
 @pytest.mark.skipif(torch.backends.mps.is_available(), reason="on a Mac this case loads")
 def test_an_mps_checkpoint_without_map_location_fails_with_pytorchs_message():
-    outcome = lessons_widgets.run_scenario("mps", "cpu", "none")
+    outcome = scenarios.run_scenario("mps", "cpu", "none")
     assert outcome["devices"] is None
     assert "Storage device not recognized: mps" in outcome["error"]
     assert "tagged 'mps'" in outcome["how"]
 
 
 def test_a_dict_map_location_maps_only_the_saved_tag():
-    outcome = lessons_widgets.run_scenario("mps", "cpu", "dict")
+    outcome = scenarios.run_scenario("mps", "cpu", "dict")
     assert outcome["devices"] == {"weight": "cpu", "bias": "cpu"}
     assert 'map_location={"mps": "cpu"}' in outcome["code"]
 
 
 def test_scenario_report_is_plain_text_with_code_and_outcome():
-    report = lessons_widgets.scenario_report(lessons_widgets.run_scenario("cpu", "cpu", "none"))
+    report = scenarios.scenario_report(scenarios.run_scenario("cpu", "cpu", "none"))
     assert 'torch.load("checkpoint.pt")' in report
     assert "weight: cpu" in report and "<" not in report
 
@@ -183,21 +184,21 @@ def test_a_load_that_lands_elsewhere_than_wanted_says_so():
     # (docs/gpu-verification.md); built here from the outcome, so it runs on any machine.
     outcome = {"code": "", "how": "", "error": None, "wanted": "cpu",
                "devices": {"weight": "cuda:0", "bias": "cuda:0"}}
-    note = lessons_widgets.misplaced_note(outcome)
+    note = scenarios.misplaced_note(outcome)
     assert note.startswith("Not where this code wanted them: on cuda:0, not cpu.")
-    assert note in lessons_widgets.scenario_report(outcome)
+    assert note in scenarios.scenario_report(outcome)
 
 
 @pytest.mark.parametrize("kind", ["none", "'cpu'", "device", "dict", "callable"])
 def test_a_load_onto_the_wanted_device_adds_no_note(kind):
-    outcome = lessons_widgets.run_scenario("cpu", "cpu", kind)
-    assert outcome["wanted"] == "cpu" and lessons_widgets.misplaced_note(outcome) == ""
-    assert "Not where" not in lessons_widgets.scenario_report(outcome)
+    outcome = scenarios.run_scenario("cpu", "cpu", kind)
+    assert outcome["wanted"] == "cpu" and scenarios.misplaced_note(outcome) == ""
+    assert "Not where" not in scenarios.scenario_report(outcome)
 
 
 def test_scenario_with_an_unknown_map_location_form_lists_the_forms():
     with pytest.raises(ValueError, match="is not one of"):
-        lessons_widgets.run_scenario("cpu", "cpu", "lambda")
+        scenarios.run_scenario("cpu", "cpu", "lambda")
 
 
 # --- the placement viewer -----------------------------------------------------------------
