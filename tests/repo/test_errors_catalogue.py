@@ -394,6 +394,13 @@ def test_the_triage_of_the_two_entries_with_a_check_is_followed_by_code_that_run
     half.register_buffer("scale", torch.ones(2, device="meta"))  # one tensor elsewhere
     assert run(same["check"], model=half, inputs=torch.ones(1, 3)) == (
         "cpu ['scale'] -> move the model after its last change")
+    split = nn.Linear(3, 2)
+    split.hf_device_map = {"embed": 0, "head": 1}  # as from_pretrained(device_map="auto") sets it
+    assert run(same["check"], model=split, inputs=torch.ones(1, 3)) == (
+        "cpu [] -> a split model: inputs.to(model.device), never .to the model")
+    one = nn.Linear(3, 2)
+    one.hf_device_map = {"": 0}  # loaded whole on one GPU: not split
+    assert run(same["check"], model=one, inputs=torch.ones(1, 3)).endswith("(causes 3-5)")
     data = {"inputs": torch.ones(4, 3), "targets": torch.zeros(4, 2), "loss_fn": nn.MSELoss()}
     trained = {"model": model, "optimizer": torch.optim.SGD(model.parameters(), lr=0.1)}
     assert run(flat["check"], **data, **trained) == (
