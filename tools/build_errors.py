@@ -176,6 +176,9 @@ def problems(entry: dict) -> list[str]:
         found.append("the check is code already, without a fence")
     listed_texts = entry.get("messages", []) + entry.get("older_wordings", [])
     for item in quoted(entry):
+        if set(item) - {"text", "source"}:
+            found.append(f"quoted: unknown keys {sorted(set(item) - {'text', 'source'})}: an "
+                         "entry's keys go above its first [[entry.quoted]]")
         if item.get("text") not in listed_texts:
             found.append(f"quoted text not among the messages: {item.get('text', '')[:60]!r}")
         if item.get("source", "").partition(":")[0] not in SOURCE_KINDS:
