@@ -521,8 +521,8 @@ def test_a_library_torch_load_without_a_device_option_has_a_no_edit_fallback():
 
 
 def test_the_mps_check_lists_what_is_not_on_mps():
-    from torch import nn
     import torch
+    from torch import nn
     (entry,) = [e for e in ENTRIES if e["id"] == "mps-placeholder"]
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
