@@ -176,6 +176,9 @@ def problems(entry: dict) -> list[str]:
         found.append("the check is code already, without a fence")
     listed_texts = entry.get("messages", []) + entry.get("older_wordings", [])
     for item in quoted(entry):
+        if set(item) - {"text", "source"}:
+            found.append(f"quoted: unknown keys {sorted(set(item) - {'text', 'source'})}: an "
+                         "entry's keys go above its first [[entry.quoted]]")
         if item.get("text") not in listed_texts:
             found.append(f"quoted text not among the messages: {item.get('text', '')[:60]!r}")
         if item.get("source", "").partition(":")[0] not in SOURCE_KINDS:
@@ -211,6 +214,8 @@ def render(entries: list[dict]) -> str:
         "exact wording changes a little between PyTorch versions, and the names in it are yours:",
         "search for its first few words (`Missing key(s) in state_dict`, `Weights only load",
         "failed`, `Unsupported global`). Older wordings are listed under the current one.",
+        "If the first words find nothing, search one distinctive word of the message instead",
+        "(`deserialize`, `SparseMPS`, `Placeholder`, `float64`, `meta`).",
         "",
         "In a notebook, `utils.explain(error)` finds the entry for you, and",
         "`utils.explain_errors()` shows it under every traceback.",
@@ -250,6 +255,9 @@ def render(entries: list[dict]) -> str:
             lines += ["", "</details>", ""]
         if entry.get("note", "").strip():
             lines += [entry["note"].strip(), ""]
+        # Most reports come from inside a library: its route comes before the causes.
+        if entry.get("library", "").strip():
+            lines += ["**When the failing line is in a library**", "", entry["library"].strip(), ""]
         own = "cause" in entry
         lines.append("**Most likely causes, and the fix for each**" if own else
                      "**Most likely causes**")
@@ -262,12 +270,13 @@ def render(entries: list[dict]) -> str:
             lines.append("")
         if entry.get("fix", "").strip():
             lines += ["**Fix**" if not own else "**And next time**", "", entry["fix"].strip(), ""]
-        if entry.get("library", "").strip():
-            lines += ["**When the failing line is in a library**", "", entry["library"].strip(), ""]
         if entry.get("footnote", "").strip():
             lines += [entry["footnote"].strip(), ""]
         links = [f"{section_link(where)} ({where['what']})" for where in entry["where"]]
-        lines.append("**Watch it happen:** " + "; ".join(links) + ".")
+        if len(links) <= 2:
+            lines.append("**Watch it happen:** " + "; ".join(links) + ".")
+        else:  # a long line of links is hard to scan: one per line
+            lines += ["**Watch it happen:**", "", *(f"- {link}" for link in links)]
     lines += ["", "---", "[Contents](../README.md#the-notebooks)", ""]
     return "\n".join(lines)
 

@@ -37,7 +37,7 @@ def explain(error_or_message: BaseException | str, show: bool = True) -> Explana
     entry = best_entry(message)
     if entry is None:
         return None
-    found = Explanation.of(entry)
+    found = Explanation.of(entry, message)
     if show:
         _display(found)
     return found
@@ -75,17 +75,21 @@ class Explanation:
     usual: str  # the usual fix in a line (markdown); may be empty
     entry_url: str  # the full entry in docs/errors.md
     live: tuple[tuple[str, str], ...]  # (where it happens live, its link), at most two
+    first: str = ""  # the triage branch this very message fits, shown before the usual fix
 
     @classmethod
-    def of(cls, entry: dict) -> Explanation:
+    def of(cls, entry: dict, message: str = "") -> Explanation:
         page = f"{REPOSITORY}/blob/{BRANCH}/docs/errors.md"
         usual = entry.get("usual", "") or _first_fix(entry)
         usual = re.sub(r"\]\(#([a-z0-9-]+)\)", rf"]({page}#\1)", " ".join(usual.split()))
         live = tuple((_where_label(where), _where_url(where)) for where in entry["where"][:2])
-        return cls(entry["id"], entry["title"], usual, f"{page}#{entry['id']}", live)
+        first = " ".join(_branch_for(entry, message).split())
+        return cls(entry["id"], entry["title"], usual, f"{page}#{entry['id']}", live, first)
 
     def markdown(self) -> str:
         lines = [f"**The error index:** [{self.title}]({self.entry_url})"]
+        if self.first:
+            lines.append(f"**First:** {self.first}")
         if self.usual:
             lines.append(f"**Usual fix:** {self.usual}")
         if self.live:
@@ -95,6 +99,8 @@ class Explanation:
 
     def text(self) -> str:
         lines = [f"The error index: {self.title}", f"  {self.entry_url}"]
+        if self.first:
+            lines.append("First: " + self.first.replace("`", "").replace("**", ""))
         if self.usual:
             plain = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", self.usual).replace("`", "")
             lines.append(f"Usual fix: {plain}")
@@ -181,6 +187,21 @@ def catalogue() -> tuple[dict, ...]:
     with catalogue_path().open("rb") as file:
         return tuple(entry for entry in tomllib.load(file)["entry"]
                      if entry.get("messages") or entry.get("symptom"))
+
+
+#: Two different GPUs in one message (``cuda:1 and cuda:0``): most often a model split over
+#: GPUs by ``device_map="auto"``, not a batch left behind.
+_TWO_GPUS = re.compile(r"cuda:(\d+) and cuda:(?!\1\b)\d+")
+
+
+def _branch_for(entry: dict, message: str) -> str:
+    """The entry's triage branch for a message naming two different GPUs (the split model's),
+    or "" for any other message."""
+    given = entry.get("triage", [])
+    branches = [given] if isinstance(given, str) else given
+    if not _TWO_GPUS.search(message.lower()):
+        return ""
+    return next((b for b in branches if 'device_map="auto"' in b.split("->")[0]), "")
 
 
 def _first_fix(entry: dict) -> str:

@@ -266,6 +266,9 @@ GOOD_CAUSE = {"why": "The input was not moved.", "fix": "x = x.to(device)\n"}
     ({"cause": [GOOD_CAUSE], "causes": ["a"]}, "both"),
     ({"cause": [{**GOOD_CAUSE, "footnote": "later"}]}, "cause 1: unknown keys ['footnote']"),
     ({"cause": [GOOD_CAUSE], "foot_note": "later"}, "unknown keys ['foot_note']"),
+    ({"cause": [GOOD_CAUSE], "messages": ["M"],  # an entry key written under [[entry.quoted]]
+      "quoted": [{"text": "M", "source": "run:x", "footnote": "lost"}]},
+     "quoted: unknown keys ['footnote']"),
 ])
 def test_a_fix_a_reader_cannot_paste_is_refused(entry, complaint):
     assert any(complaint in problem for problem in build_errors.problems(entry))
@@ -394,6 +397,13 @@ def test_the_triage_of_the_two_entries_with_a_check_is_followed_by_code_that_run
     half.register_buffer("scale", torch.ones(2, device="meta"))  # one tensor elsewhere
     assert run(same["check"], model=half, inputs=torch.ones(1, 3)) == (
         "cpu ['scale'] -> move the model after its last change")
+    split = nn.Linear(3, 2)
+    split.hf_device_map = {"embed": 0, "head": 1}  # as from_pretrained(device_map="auto") sets it
+    assert run(same["check"], model=split, inputs=torch.ones(1, 3)) == (
+        "cpu [] -> a split model: inputs.to(model.device), never .to the model")
+    one = nn.Linear(3, 2)
+    one.hf_device_map = {"": 0}  # loaded whole on one GPU: not split
+    assert run(same["check"], model=one, inputs=torch.ones(1, 3)).endswith("(causes 3-5)")
     data = {"inputs": torch.ones(4, 3), "targets": torch.zeros(4, 2), "loss_fn": nn.MSELoss()}
     trained = {"model": model, "optimizer": torch.optim.SGD(model.parameters(), lr=0.1)}
     assert run(flat["check"], **data, **trained) == (
@@ -455,3 +465,77 @@ def test_the_convolution_source_note_comes_after_the_causes():
     page = build_errors.render([entry])
     assert "Convolution.cpp" not in entry.get("note", "")
     assert page.index("Convolution.cpp") > page.index("2. `Input type (torch.cuda.FloatTensor)")
+
+
+def test_a_library_route_comes_before_the_causes_and_many_live_links_are_a_list():
+    (same,) = [e for e in ENTRIES if e["id"] == "same-device"]
+    page = build_errors.render([same])
+    assert (page.index("**When the failing line is in a library**")
+            < page.index("**Most likely causes") < page.index("How to read the two devices"))
+    assert "**Watch it happen:**\n\n- [04 · 1. Meet the error" in page
+    (one,) = [e for e in ENTRIES if e["id"] == "deserialize-device-count"]
+    assert "**Watch it happen:** [05 · " in build_errors.render([one])
+
+
+def test_the_split_model_route_is_first_and_gives_the_options_in_order():
+    (same,) = [e for e in ENTRIES if e["id"] == "same-device"]
+    first = build_errors.triage(same)[0]
+    assert 'device_map="auto"' in first and "inputs.to(model.device)" in first
+    assert "wrapper_CUDA_gather" in first
+    options = ["model.device", 'device_map={"": 0}', "a `device_map` of your own", "max_memory={0:",
+               "CUDA_VISIBLE_DEVICES=0,1", "trust_remote_code"]
+    at = [same["library"].index(option) for option in options]
+    assert at == sorted(at), "the options in the order to try them"
+    assert any("optimizer.step()" in b and "cause 5" in b for b in build_errors.triage(same))
+
+
+def test_resuming_failures_are_found_from_a_search_for_resum():
+    (same,) = [e for e in ENTRIES if e["id"] == "same-device"]
+    assert "third-party optimizer" in same["cause"][4]["why"]
+    (resume,) = [e for e in ENTRIES if e["id"] == "resume-differs"]
+    assert any("(#same-device)" in b and "resum" in b for b in build_errors.triage(resume))
+
+
+def test_the_page_tells_a_reader_to_search_a_distinctive_word_and_lists_the_user_variants():
+    page = build_errors.render(ENTRIES)
+    head = page[:page.index("- [")]
+    assert all(word in head for word in ("`deserialize`", "`SparseMPS`", "`Placeholder`"))
+    assert "attempts to deserialize" in page and "wrapper_CUDA_gather" in page
+
+
+def test_a_library_torch_load_without_a_device_option_has_a_no_edit_fallback():
+    (entry,) = [e for e in ENTRIES if e["id"] == "deserialize-no-cuda"]
+    library = entry["library"]
+    assert 'functools.partial(torch.load, map_location="cpu")' in library
+    assert "never edit" in library and "cloned" in library and "report it upstream" in library
+    import functools
+
+    import torch
+    saved = io.BytesIO()
+    torch.save({"w": torch.ones(2)}, saved)
+    patched = functools.partial(torch.load, map_location="cpu")
+    saved.seek(0)
+    assert patched(saved)["w"].device.type == "cpu"
+    saved.seek(0)
+    assert patched(saved, map_location="meta")["w"].is_meta, "a caller's own keyword still wins"
+
+
+def test_the_mps_check_lists_what_is_not_on_mps():
+    import torch
+    from torch import nn
+    (entry,) = [e for e in ENTRIES if e["id"] == "mps-placeholder"]
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(entry["check"], {"model": nn.Linear(3, 2), "inputs": torch.ones(1, 3)})  # noqa: S102
+    assert printed.getvalue().strip() == "cpu ['weight', 'bias']"
+    assert "F.linear" in " ".join(build_errors.triage(entry))
+
+
+def test_the_sparse_mps_entry_says_what_pytorch_supports_now():
+    import torchgen
+    (entry,) = [e for e in ENTRIES if e["id"] == "mps-sparse"]
+    assert "pip install -U torch" in entry["fix"] and "2.13" in entry["causes"][0]
+    yaml = (Path(torchgen.__file__).parent / "packaged" / "ATen" / "native"
+            / "native_functions.yaml").read_text()
+    start = yaml.index("- func: _sparse_coo_tensor_with_dims_and_tensors(")
+    assert "SparseMPS" in yaml[start:yaml.index("- func:", start + 1)]

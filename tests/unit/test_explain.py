@@ -234,3 +234,31 @@ def test_the_hook_works_in_a_real_kernel_and_shows_the_entry_as_markdown():
     for cell in notebook.cells[2:]:  # shown once, whether returned as the cell's result or not
         assert [output["output_type"] for output in cell.outputs] == ["display_data"]
         assert "errors.md#invalid-device-ordinal" in cell.outputs[0]["data"]["text/markdown"]
+
+
+@pytest.mark.parametrize("message", [
+    # InternLM/InternLM#810 and QwenLM/Qwen-VL#202 (tests/data/error_reports.toml)
+    "RuntimeError: Expected all tensors to be on the same device, but found at least two devices, "
+    "cuda:1 and cuda:0! (when checking argument for argument index in method wrapper_CUDA_gather)",
+    "RuntimeError: Expected all tensors to be on the same device, but found at least two devices, "
+    "cuda:2 and cuda:3!",
+])
+def test_a_message_naming_two_gpus_is_sent_to_the_split_model_route_first(message):
+    found = utils.explain(message, show=False)
+    assert found.id == "same-device"
+    assert 'device_map="auto"' in found.first and "model.device" in found.first
+    assert found.markdown().index("**First:**") < found.markdown().index("**Usual fix:**")
+    assert "First: " in found.text() and "**" not in found.text()
+
+
+@pytest.mark.parametrize("message", [
+    "RuntimeError: Expected all tensors to be on the same device, but found at least two devices, "
+    "cuda:0 and cpu!",
+    "RuntimeError: Expected all tensors to be on the same device, but found at least two devices, "
+    "cuda:0 and cuda:0!",
+    "RuntimeError: Attempting to deserialize object on CUDA device 1 but torch.cuda.device_count() "
+    "is 1.",
+])
+def test_a_message_naming_one_gpu_or_none_gets_no_split_model_route(message):
+    found = utils.explain(message, show=False)
+    assert found.first == "" and "First:" not in found.text()
