@@ -165,6 +165,18 @@ def device_name(device: torch.device) -> str:
     return "meta (the stand-in second device)"
 
 
+def seeded(build: Callable, seed: int):
+    """Return ``build()``, run with PyTorch's generator seeded to ``seed``: the same weights
+    every time, and the learner's own random numbers left where they were.
+    Introduced in lab 04_debug_device_errors."""
+    generator_state = torch.get_rng_state()
+    torch.manual_seed(seed)
+    try:
+        return build()
+    finally:
+        torch.set_rng_state(generator_state)
+
+
 # --- learner errors, explained in one line ------------------------------------------------
 
 def first_line(error: BaseException) -> str:
