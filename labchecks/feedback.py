@@ -112,6 +112,16 @@ def not_a_function(exercise: str, function: object) -> Feedback | None:
                     "Pass the function itself, without calling it.")
 
 
+def not_ready(exercise: str, function: object) -> Feedback | None:
+    """:func:`not_a_function`'s Feedback, or "not attempted" when ``function``'s source is only
+    the stub (:func:`is_unattempted`), else None: for a check that must not start its
+    processes before it knows. Introduced in lab 09_many_processes."""
+    problem = not_a_function(exercise, function)
+    if problem is None and is_unattempted(function):
+        return not_attempted(exercise)
+    return problem
+
+
 class NotAttempted(Exception):
     """Raised by :func:`call` when the learner's code still raises the stub's bare
     ``NotImplementedError()``: a check catches it and returns :func:`not_attempted`."""
@@ -165,6 +175,18 @@ def device_name(device: torch.device) -> str:
     return "meta (the stand-in second device)"
 
 
+def seeded(build: Callable, seed: int):
+    """Return ``build()``, run with PyTorch's generator seeded to ``seed``: the same weights
+    every time, and the learner's own random numbers left where they were.
+    Introduced in lab 04_debug_device_errors."""
+    generator_state = torch.get_rng_state()
+    torch.manual_seed(seed)
+    try:
+        return build()
+    finally:
+        torch.set_rng_state(generator_state)
+
+
 # --- learner errors, explained in one line ------------------------------------------------
 
 def first_line(error: BaseException) -> str:
@@ -194,14 +216,21 @@ def state_dict_keys(text: str, kind: str) -> list[str]:
     return re.findall(r'"([^"]+)"', found.group(1)) if found else []
 
 
-def load_state_dict_refused(text: str) -> str:
-    """One line for a failed ``load_state_dict``: the keys it names, and a wrapper's prefix."""
+def refused_weights(text: str) -> str:
+    """"load_state_dict refused the weights: missing keys [...] and ...": what the message
+    ``text`` of a failed ``load_state_dict`` names. Introduced in lab 05_save_load_scenarios."""
     missing, unexpected = state_dict_keys(text, "Missing"), state_dict_keys(text, "Unexpected")
     said = [f"missing keys {missing[:4]}"] if missing else []
     said += [f"unexpected keys {unexpected[:4]}"] if unexpected else []
     if "size mismatch" in text:
         said.append("tensors of another shape")
-    line = f"load_state_dict refused the weights: {' and '.join(said) or 'a mismatch'}."
+    return f"load_state_dict refused the weights: {' and '.join(said) or 'a mismatch'}."
+
+
+def load_state_dict_refused(text: str) -> str:
+    """One line for a failed ``load_state_dict``: the keys it names, and a wrapper's prefix."""
+    line = refused_weights(text)
+    unexpected = state_dict_keys(text, "Unexpected")
     prefix = next((p for p in ("module.", "_orig_mod.") if unexpected
                    and all(k.startswith(p) for k in unexpected)), None)
     if prefix:

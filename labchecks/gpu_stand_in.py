@@ -65,7 +65,9 @@ def misplaced_gpu(run: GpuRun, asked: torch.device = STAND_IN_GPU,
             f"device you were given. Pass the `device` argument itself: {fix}")
 
 
-def _as_cuda(value) -> torch.device | None:
+def cuda_named(value: object) -> torch.device | None:
+    """The CUDA device ``value`` names (an int is a CUDA index, as a factory's ``device=``
+    takes it; a string or a torch.device), else None."""
     if isinstance(value, int) and not isinstance(value, bool):
         return torch.device("cuda", value)
     try:
@@ -104,15 +106,15 @@ class _GpuStandIn(TorchFunctionMode):
                 return func(tensor, **new)
         elif name == "cuda" and tensor is not None:
             index = args[1] if len(args) > 1 else kwargs.get("device")
-            self.run.named.append(_as_cuda(index) or torch.device("cuda"))
+            self.run.named.append(cuda_named(index) or torch.device("cuda"))
             self.run.cuda_calls += 1
             return tensor.to("meta")
         elif name == "pin_memory" and tensor is not None:
             return tensor
         elif name == "is_pinned" and tensor is not None:
             return True
-        elif _as_cuda(kwargs.get("device")) is not None:
-            self.run.named.append(_as_cuda(kwargs["device"]))
+        elif cuda_named(kwargs.get("device")) is not None:
+            self.run.named.append(cuda_named(kwargs["device"]))
             kwargs["device"] = "meta"
         return func(*args, **kwargs)
 
@@ -153,17 +155,17 @@ def as_if_on_gpu() -> Iterator[GpuRun]:
         args = args[1:]
         if isinstance(location, Mapping):
             for value in location.values():
-                if _as_cuda(value) is not None:
-                    run.named.append(_as_cuda(value))
-            location = {k: ("meta" if _as_cuda(v) is not None else v)
+                if cuda_named(value) is not None:
+                    run.named.append(cuda_named(value))
+            location = {k: ("meta" if cuda_named(v) is not None else v)
                         for k, v in location.items()}
-        elif _as_cuda(location) is not None:
-            run.named.append(_as_cuda(location))
+        elif cuda_named(location) is not None:
+            run.named.append(cuda_named(location))
             location = "meta"
         return real_load(f, *args, map_location=location, **kwargs)
 
     def module_cuda(self, device=None):
-        run.named.append(_as_cuda(device) or torch.device("cuda"))
+        run.named.append(cuda_named(device) or torch.device("cuda"))
         run.cuda_calls += 1
         return self.to("meta")
 

@@ -33,6 +33,7 @@ from labchecks.feedback import (
     not_attempted,
     reads_outer_name,
     rebinds,
+    seeded,
     sets_own_device,
 )
 from labchecks.gpu_stand_in import STAND_IN_GPU, gpu_placement_problem
@@ -500,11 +501,8 @@ def check_train_step(train_step: Callable, device: torch.device | str,
 def _predict_model() -> nn.Module:
     """A trained-looking model with dropout (the noise of exercise 1's kind), on the CPU and in
     training mode, as a model is when training ends: predictions need ``model.eval()``."""
-    generator_state = torch.get_rng_state()
-    torch.manual_seed(40)
-    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Dropout(0.5), nn.Linear(8, 3))
-    torch.set_rng_state(generator_state)  # leave the learner's random numbers alone
-    return model.train()
+    return seeded(lambda: nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Dropout(0.5),
+                                        nn.Linear(8, 3)), 40).train()
 
 
 @graded

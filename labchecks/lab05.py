@@ -33,6 +33,7 @@ from labchecks.feedback import (
     not_attempted,
     recorded_loads,
     recorded_to_calls,
+    seeded,
     unsafe_load,
 )
 from labchecks.gpu_stand_in import STAND_IN_GPU, gpu_placement_problem
@@ -79,11 +80,7 @@ def mystery_net(seed: int) -> MysteryNet:
 
     Introduced in lab 05_save_load_scenarios.
     """
-    generator_state = torch.get_rng_state()
-    torch.manual_seed(seed)
-    model = MysteryNet()
-    torch.set_rng_state(generator_state)  # leave the learner's random numbers alone
-    return model
+    return seeded(MysteryNet, seed)
 
 
 def _saved(model: nn.Module) -> dict[str, torch.Tensor]:

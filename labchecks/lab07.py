@@ -19,7 +19,6 @@ from collections.abc import Callable
 
 import torch
 from torch import nn
-from torch.overrides import TorchFunctionMode
 
 from labchecks.feedback import (
     FAILED,
@@ -28,8 +27,9 @@ from labchecks.feedback import (
     attempt_within,
     device_name,
 )
-from labchecks.gpu_stand_in import STAND_IN_GPU, as_if_on_gpu, misplaced_gpu
+from labchecks.gpu_stand_in import STAND_IN_GPU, misplaced_gpu
 from labchecks.grading import graded
+from labchecks.step_traffic import HostReads, extra_copies, recorded_run
 from utils.footprint import footprint
 from utils.text import format_bytes
 from utils.traffic import Ledger
@@ -84,26 +84,6 @@ def _slow_result() -> float:
     return train_slow(*model_and_optimizer("cpu"), *data(), torch.device("cpu"), 8)
 
 
-class _HostReads(TorchFunctionMode):
-    """Counts the Python-level calls that read a tensor on the host, by name (``item``,
-    ``__float__``, ``__bool__``...): the ledger sees their wait, this says which one it was."""
-
-    NAMES = {"item": "`.item()`", "__float__": "`float(loss)`", "__int__": "`int(...)`",
-             "__bool__": "an `if` on a tensor (or `bool(t)`)", "tolist": "`.tolist()`",
-             "numpy": "`.numpy()`", "__format__": "formatting a tensor (an f-string)"}
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.counts: Counter = Counter()
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        name = getattr(func, "__name__", "")
-        if name in self.NAMES and args and isinstance(args[0], torch.Tensor) \
-                and args[0].device.type != "cpu":
-            self.counts[name] += 1
-        return func(*args, **(kwargs or {}))
-
-
 #: How long a check waits for one call of the learner's function (the right answers take
 #: well under a second; exercise 3's search, which measures many batches, gets 3 times this).
 CALL_LIMIT_S = 10.0
@@ -153,27 +133,11 @@ def _why_result(value: float) -> str:
 
 
 def _traffic(train: Callable, device: torch.device, steps: int, as_a_gpu: bool = False):
-    """Run ``train`` for ``steps`` steps under a ledger; return (ledger, result, problem),
-    the ledger with ``reads``: the host reads by name, and ``gpu``: the
-    :class:`~labchecks.feedback.GpuRun` when ``as_a_gpu`` (run as a machine with two GPUs
-    would, given cuda:1, its tensors on meta; else None)."""
+    """Run ``train`` for ``steps`` steps on lab 07's model and data, recorded
+    (:func:`labchecks.step_traffic.recorded_run`); return (ledger, result, problem)."""
     model, optimizer = model_and_optimizer("meta" if as_a_gpu else device)
-    features, labels = data()
-    reads = _HostReads()
-    ledger = Ledger()
-    ledger.gpu = None
-
-    def recorded(*args):  # the modes are per thread: enter them in the learner's thread
-        with ledger, reads:
-            if not as_a_gpu:
-                return train(*args)
-            with as_if_on_gpu() as ledger.gpu:
-                return train(*args)
-
-    result, problem = _within("Exercise 1", recorded, model, optimizer, features, labels,
-                              STAND_IN_GPU if as_a_gpu else device, steps)
-    ledger.reads = reads.counts
-    return ledger, result, problem
+    return recorded_run(functools.partial(_within, "Exercise 1"), train, model, optimizer,
+                        *data(), STAND_IN_GPU if as_a_gpu else device, steps, as_a_gpu=as_a_gpu)
 
 
 def _traffic_as_on_a_gpu(train: Callable) -> tuple[Ledger, Ledger] | None:
@@ -280,27 +244,6 @@ def _on_device(exercise: str) -> Feedback:
                                       "after the loop: return `total.item() / steps`.")
 
 
-def _copy_kind(copy) -> str:
-    """How a copy came about: 'back' (to the host), a factory's name, 'index', or 'to'."""
-    if copy.target.type == "cpu":
-        return "back"
-    if copy.implicit and copy.operation in ("tensor", "as_tensor", "asarray", "new_tensor"):
-        return copy.operation
-    return "index" if copy.implicit else "to"
-
-
-def _extra_copies(short: Ledger, long: Ledger, steps: int = 4) -> Counter:
-    """The copies each of the ``steps`` extra steps made, counted by (bytes, kind).
-
-    A copy made once whose size grows with the number of steps (only the rows the loop
-    will use, moved before it) differs between the runs too, but fewer than ``steps`` times:
-    it is not a per-step copy, and is left out.
-    """
-    extra = (Counter((c.bytes, _copy_kind(c)) for c in long.copies)
-             - Counter((c.bytes, _copy_kind(c)) for c in short.copies))
-    return Counter({key: count for key, count in extra.items() if count >= steps})
-
-
 def _copied_each_step(extra: Counter, steps: int) -> str:
     """What each extra step copies, named by size: 'features, 32.0 KiB; labels, 4.0 KiB'."""
     features, labels = data()
@@ -325,7 +268,7 @@ def _judge_traffic(short: Ledger, long: Ledger, other: torch.device) -> Feedback
     exercise = "Exercise 1"
     steps = 4
     extra_waits = (len(long.waits) - len(short.waits)) / steps
-    extra = _extra_copies(short, long)
+    extra = extra_copies(short, long)
     if not extra and extra_waits == 0:  # moving only the rows it needs, once, is fine
         return Feedback(exercise, PASSED,
                         f"same result, and each step now makes 0 copies and waits 0 times on "
@@ -370,7 +313,7 @@ def _judge_traffic(short: Ledger, long: Ledger, other: torch.device) -> Feedback
     item_waits = sum(1 for w in long.waits if w.why.startswith(".item()")) - sum(
         1 for w in short.waits if w.why.startswith(".item()"))
     if item_waits > 0 and not any(kind == "back" for _, kind in extra):
-        how = " and ".join(_HostReads.NAMES[name] for name in reads) or "`.item()`, `float(loss)`"
+        how = " and ".join(HostReads.NAMES[name] for name in reads) or "`.item()`, `float(loss)`"
         problems.append(f"it reads a value on the host every step ({how}): the host waits "
                         "for the device each time. Sum on the device, "
                         "`total += loss.detach()`, and call `.item()` once, after the loop")
@@ -537,14 +480,21 @@ def _exercise3_total(rows: int) -> int:
 
 def largest_batch_reference(model: nn.Module, features: int, budget: float) -> int:
     """The largest batch whose training step (Adam) fits ``budget`` bytes; 0 if none."""
-    if _total(model, 1, features) > budget:
+    return _largest_fitting(lambda rows: _total(model, rows, features), budget)
+
+
+def _largest_fitting(total: Callable[[int], int], budget: float,
+                     most: float = float("inf")) -> int:
+    """The largest number of rows whose ``total(rows)`` fits ``budget``, 0 if none: doubling
+    while it fits (and is under ``most``), then bisecting."""
+    if total(1) > budget:
         return 0
     low, high = 1, 2
-    while _total(model, high, features) <= budget:
+    while total(high) <= budget and high < most:
         low, high = high, high * 2
     while high - low > 1:  # low fits, high does not
         middle = (low + high) // 2
-        low, high = (middle, high) if _total(model, middle, features) <= budget else (low, middle)
+        low, high = (middle, high) if total(middle) <= budget else (low, middle)
     return low
 
 
@@ -599,18 +549,9 @@ _OTHER_STEPS = (
 
 def _largest_with(model: nn.Module, budget: float, **options) -> int:
     """The largest batch whose step, as ``footprint(..., **options)`` counts it, fits."""
-    def total(rows: int) -> int:
-        return footprint(model, torch.empty(rows, 64, device="meta"), **options).total
-
-    if total(1) > budget:
-        return 0
-    low, high = 1, 2
-    while total(high) <= budget and high < 2**20:
-        low, high = high, high * 2
-    while high - low > 1:
-        middle = (low + high) // 2
-        low, high = (middle, high) if total(middle) <= budget else (low, middle)
-    return low
+    return _largest_fitting(
+        lambda rows: footprint(model, torch.empty(rows, 64, device="meta"), **options).total,
+        budget, most=2**20)
 
 
 def _out_of_memory(problem: Feedback) -> Feedback:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
-from contextlib import contextmanager
 from pathlib import Path
 from unittest import mock
 
@@ -32,8 +31,15 @@ from labchecks.feedback import (
     not_attempted,
     recorded_loads,
     recorded_to_calls,
+    seeded,
 )
 from labchecks.grading import graded
+from labchecks.library_stand_ins import (
+    NO_DEVICE,
+    rebind,
+    safetensors_anywhere,
+    to_empty_shows_its_junk,
+)
 
 SCRATCH = "scratch_lab08_libraries"
 SENTENCES = ["the model lives on the cpu", "the batch moves to the device",
@@ -58,10 +64,7 @@ def save_tiny_model(folder: str | os.PathLike, seed: int = 0) -> Path:
     import transformers
 
     transformers.utils.logging.disable_progress_bar()
-    generator_state = torch.get_rng_state()
-    torch.manual_seed(seed)
-    model = transformers.GPT2LMHeadModel(tiny_config()).eval()
-    torch.set_rng_state(generator_state)  # leave the learner's random numbers alone
+    model = seeded(lambda: transformers.GPT2LMHeadModel(tiny_config()).eval(), seed)
     folder = Path(folder)
     model.save_pretrained(folder)
     return folder
@@ -111,14 +114,6 @@ class TiedNet(nn.Module):
         return self.decoder(torch.relu(self.encoder(x)))
 
 
-def _seeded(build: Callable, seed: int):
-    generator_state = torch.get_rng_state()
-    torch.manual_seed(seed)
-    made = build()
-    torch.set_rng_state(generator_state)
-    return made
-
-
 def _second_device(device: torch.device) -> torch.device:
     return torch.device("meta") if device.type == "cpu" else device
 
@@ -131,27 +126,6 @@ def _cuda_asked(error: BaseException) -> bool:
     text = str(error)
     return "pin_memory=True requires a CUDA" in text or "Torch not compiled with CUDA" in text \
         or "Found no NVIDIA driver" in text
-
-
-@contextmanager
-def _to_empty_shows_its_junk():
-    """Make ``Module.to_empty`` fill what it allocates with NaN while the learner's code runs.
-
-    to_empty leaves whatever bytes the allocator hands back, and those can be a just-freed copy
-    of the very weights the check saved; NaN makes "not the weights" visible every time.
-    """
-    real_to_empty = nn.Module.to_empty
-
-    def to_empty(module, *args, **kwargs):
-        result = real_to_empty(module, *args, **kwargs)
-        with torch.no_grad():
-            for tensor in [*module.parameters(), *module.buffers()]:
-                if tensor.is_floating_point() and not tensor.is_meta:
-                    tensor.fill_(float("nan"))
-        return result
-
-    with mock.patch.object(nn.Module, "to_empty", to_empty):
-        yield
 
 
 # --- Exercise 1: a tokenizer's batch --------------------------------------------------------
@@ -274,7 +248,7 @@ def check_run_split(run_split: Callable, folder: str | os.PathLike = SCRATCH) ->
         expected = reference(input_ids).logits
     model = load_split(path)
     try:
-        with _to_empty_shows_its_junk():
+        with to_empty_shows_its_junk():
             result, error = call(run_split, model, input_ids.clone())
     except NotAttempted:
         return not_attempted(exercise)
@@ -374,7 +348,7 @@ def check_fill_model(fill_model: Callable, device: str | torch.device,
 
     try:
         with mock.patch.object(nn.Module, "load_state_dict", recording), \
-                _to_empty_shows_its_junk():
+                to_empty_shows_its_junk():
             result, error = call(fill_model, empty, path, device)
     except NotAttempted:
         return not_attempted(exercise)
@@ -455,78 +429,6 @@ def _fill_error(error: BaseException) -> str:
 # --- Exercise 4: a safetensors file ------------------------------------------------------
 
 
-_NO_DEVICE = object()
-
-
-@contextmanager
-def _safetensors_anywhere(calls: list):
-    """Let safetensors load onto meta (it refuses: "device meta is invalid") by reading on the
-    CPU and moving the result, and record the device each open asked for (:data:`_NO_DEVICE`
-    when none was named). Patches the module attributes and, in the learner's notebook, the
-    names bound to them."""
-    import safetensors
-    import safetensors.torch
-
-    real_open = safetensors.safe_open
-
-    class Opened:
-        def __init__(self, filename, framework="pt", device=_NO_DEVICE, **kwargs):
-            calls.append(device)
-            asked = "cpu" if device is _NO_DEVICE else device
-            self._target = torch.device("meta") if str(asked) == "meta" else None
-            self._file = real_open(filename, framework=framework,
-                                   device="cpu" if self._target is not None else asked, **kwargs)
-
-        def __enter__(self):
-            self._file.__enter__()
-            return self
-
-        def __exit__(self, *exc):
-            return self._file.__exit__(*exc)
-
-        def __getattr__(self, name):
-            return getattr(self._file, name)
-
-        def get_tensor(self, name):
-            tensor = self._file.get_tensor(name)
-            return tensor.to(self._target) if self._target is not None else tensor
-
-        def get_tensors(self):
-            tensors = self._file.get_tensors()
-            if self._target is None:
-                return tensors
-            return {name: tensor.to(self._target) for name, tensor in tensors.items()}
-
-    real_load_file = safetensors.torch.load_file
-
-    def load_file(filename, device=_NO_DEVICE, **kwargs):
-        if device is _NO_DEVICE:
-            calls.append(_NO_DEVICE)
-            device = "cpu"
-        return real_load_file(filename, device=device, **kwargs)
-
-    with mock.patch.object(safetensors, "safe_open", Opened), \
-            mock.patch.object(safetensors.torch, "safe_open", Opened), \
-            mock.patch.object(safetensors.torch, "load_file", load_file):
-        yield {real_open: Opened, real_load_file: load_file}
-
-
-def _rebind(function: Callable, stand_ins: dict):
-    """Patch the names in ``function``'s module (the learner's notebook) bound to a key of
-    ``stand_ins`` with its value."""
-    names = getattr(function, "__globals__", {})
-    replaced = {n: stand_ins[v] for n, v in names.items() if _hashable(v) and v in stand_ins}
-    return mock.patch.dict(names, replaced)
-
-
-def _hashable(value: object) -> bool:
-    try:
-        hash(value)
-    except TypeError:
-        return False
-    return True
-
-
 @graded
 def check_load_weights(load_weights: Callable, device: str | torch.device,
                        folder: str | os.PathLike = SCRATCH) -> Feedback:
@@ -548,14 +450,14 @@ def check_load_weights(load_weights: Callable, device: str | torch.device,
     device = torch.device(device)
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    saved = _seeded(lambda: {"layer.weight": torch.randn(3, 4), "layer.bias": torch.randn(3)}, 84)
+    saved = seeded(lambda: {"layer.weight": torch.randn(3, 4), "layer.bias": torch.randn(3)}, 84)
     path = folder / "weights.safetensors"
     safetensors.torch.save_file(saved, path)
     try:
         for target in dict.fromkeys([_second_device(device), device]):
             opened: list = []
-            with _safetensors_anywhere(opened) as stand_ins, \
-                    _rebind(load_weights, stand_ins), \
+            with safetensors_anywhere(opened) as stand_ins, \
+                    rebind(load_weights, stand_ins), \
                     recorded_loads() as loads, recorded_to_calls() as moves:
                 result, error = call(load_weights, path, target)
             if error is not None:
@@ -593,7 +495,7 @@ def _judge_weights(result, saved, target, opened, loads, moves) -> str | None:
     if any(moved_and_dropped(moves, tensor, target) for tensor in result.values()):
         return (f"{asked}: you called `.to(device)` on each tensor and threw the result away: "
                 "Tensor.to returns a new tensor. Pass device= to load_file instead.")
-    if _NO_DEVICE in opened:
+    if NO_DEVICE in opened:
         return (f"{asked}: a safetensors file records no device (its header holds dtypes, "
                 "shapes and byte offsets only), so load_file / safe_open put everything on "
                 "the CPU unless you pass device=str(device).")
@@ -638,7 +540,7 @@ def check_save_tied(save_tied: Callable, folder: str | os.PathLike = SCRATCH) ->
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "tied.safetensors"
     path.unlink(missing_ok=True)
-    model = _seeded(TiedNet, 85)
+    model = seeded(TiedNet, 85)
     expected = {k: v.clone() for k, v in model.state_dict().items()}
     try:
         _, error = call(save_tied, model, path)

@@ -27,9 +27,9 @@ from labchecks.feedback import (
     NOT_ATTEMPTED,
     PASSED,
     Feedback,
-    is_unattempted,
     not_a_function,
     not_attempted,
+    not_ready,
 )
 from labchecks.grading import graded
 from labchecks.processes import (
@@ -199,11 +199,9 @@ def check_setup_device(setup_device: Callable) -> Feedback:
     09_many_processes.
     """
     exercise = "Exercise 1"
-    problem = not_a_function(exercise, setup_device)
+    problem = not_ready(exercise, setup_device)
     if problem is not None:
         return problem
-    if is_unattempted(setup_device):
-        return not_attempted(exercise)
     for env in (CLUSTER_ENV, OTHER_CLUSTER_ENV):
         problem = _judge_on_gpus(exercise, setup_device, env)
         if problem is not None:
@@ -461,11 +459,9 @@ def check_save_on_rank_zero(save_on_rank_zero: Callable,
     Introduced in lab 09_many_processes.
     """
     exercise = "Exercise 3"
-    problem = not_a_function(exercise, save_on_rank_zero)
+    problem = not_ready(exercise, save_on_rank_zero)
     if problem is not None:
         return problem
-    if is_unattempted(save_on_rank_zero):
-        return not_attempted(exercise)
     try:
         processes.renamed_source(save_on_rank_zero, "_candidate_0")
     except (OSError, TypeError, SyntaxError, IndexError, AttributeError):

@@ -25,9 +25,8 @@ from labchecks.feedback import (
     NOT_ATTEMPTED,
     PASSED,
     Feedback,
-    is_unattempted,
-    not_a_function,
-    not_attempted,
+    not_ready,
+    refused_weights,
     state_dict_keys,
 )
 from labchecks.grading import graded
@@ -74,11 +73,9 @@ def check_bytes_per_gpu(bytes_per_gpu: Callable) -> Feedback:
     a float is fine. Introduced in lab 10_sharded_training.
     """
     exercise = "Exercise 1"
-    problem = not_a_function(exercise, bytes_per_gpu)
+    problem = not_ready(exercise, bytes_per_gpu)
     if problem is not None:
         return problem
-    if is_unattempted(bytes_per_gpu):
-        return not_attempted(exercise)
     for parameters, gpus, sharded in _SIZES:
         answer, problem, _ = processes.attempt(exercise, bytes_per_gpu, parameters, gpus, sharded)
         if problem is not None:
@@ -147,17 +144,9 @@ def _load_state_dict_problem(exercise: str, text: str) -> Feedback | None:
                         f"load_state_dict was given keys {unexpected[:3]} where the model has "
                         f"{missing[:3]}: that is the whole checkpoint, {{'model': ...}}. Pass "
                         "its 'model' entry: model.load_state_dict(state['model']).")
-    said = []
-    if missing:
-        said.append(f"missing keys {missing[:4]}")
-    if unexpected:
-        said.append(f"unexpected keys {unexpected[:4]}")
-    if "size mismatch" in text:
-        said.append("tensors of another shape")
     return Feedback(exercise, FAILED,
-                    f"load_state_dict refused the weights: {' and '.join(said) or 'a mismatch'}."
-                    " Load into {'model': model.state_dict()} with dcp.load, then "
-                    "model.load_state_dict(state['model']).")
+                    f"{refused_weights(text)} Load into {{'model': model.state_dict()}} with "
+                    "dcp.load, then model.load_state_dict(state['model']).")
 
 
 @graded
@@ -173,11 +162,9 @@ def check_load_sharded(load_sharded: Callable, folder: str = "scratch_lab10") ->
     import warnings
 
     exercise = "Exercise 2"
-    problem = not_a_function(exercise, load_sharded)
+    problem = not_ready(exercise, load_sharded)
     if problem is not None:
         return problem
-    if is_unattempted(load_sharded):
-        return not_attempted(exercise)
     sharded, problem = _sharded_checkpoint(exercise, folder)
     if problem is not None:
         return problem
@@ -261,11 +248,9 @@ def check_one_file(one_file: Callable, folder: str = "scratch_lab10") -> Feedbac
     import warnings
 
     exercise = "Exercise 3"
-    problem = not_a_function(exercise, one_file)
+    problem = not_ready(exercise, one_file)
     if problem is not None:
         return problem
-    if is_unattempted(one_file):
-        return not_attempted(exercise)
     sharded, problem = _sharded_checkpoint(exercise, folder)
     if problem is not None:
         return problem

@@ -35,6 +35,7 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from labchecks.feedback import FAILED, Feedback, attempt_within
+from labchecks.gpu_stand_in import cuda_named
 
 #: What torchrun sets on the second machine of a 2 x 4-GPU job, for its second process.
 CLUSTER_ENV = {"RANK": "5", "LOCAL_RANK": "1", "WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "4",
@@ -152,28 +153,20 @@ class GpuTensors(TorchFunctionMode):
         name = getattr(func, "__name__", "")
         target = None
         if "device" in kwargs and name not in ("set_device",):
-            target = _cuda_target(kwargs["device"])
+            target = cuda_named(kwargs["device"])
             if target is not None:
                 kwargs["device"] = "meta"
         elif name == "cuda" and args:
             index = args[1] if len(args) > 1 else kwargs.pop("device", None)
-            target = _cuda_target(index if index is not None else "cuda")
+            target = cuda_named(index if index is not None else "cuda")
             func, args, kwargs = torch.Tensor.to, (args[0], "meta"), {}
         elif name == "to" and len(args) > 1:
-            target = _cuda_target(args[1])
+            target = cuda_named(args[1])
             if target is not None:
                 args = (args[0], "meta", *args[2:])
         if target is not None:
             self.calls.append(("tensor", target))
         return func(*args, **kwargs)
-
-
-def _cuda_target(value: object) -> torch.device | None:
-    """The CUDA device ``value`` names (an int is a CUDA index for a factory), else None."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        return torch.device("cuda", value)
-    device = as_device(value)
-    return device if device is not None and device.type == "cuda" else None
 
 
 def _recorder(calls: list[tuple[str, object]], name: str, result: object = 0) -> Callable:
