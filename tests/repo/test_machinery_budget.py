@@ -26,7 +26,7 @@ def package_lines(name: str) -> int:
 
 
 #: Sizes measured as the tests are collected. After lab 07's and lab 08's splits and the shared
-#: patterns of issue 34 (feedback.seeded, not_ready, refused_weights; one bisection in lab 07;
+#: patterns (feedback.seeded, not_ready, refused_weights; one bisection in lab 07;
 #: one CUDA-device reader), labchecks/ is still larger than utils/: the simulated GPU machine,
 #: the multi-process judging of labs 09 and 10 and the teacher's grading have no counterpart
 #: in the lesson helpers. The mark lifts itself once labchecks/ is no larger.
@@ -34,7 +34,7 @@ GRADERS, HELPERS = package_lines("labchecks"), package_lines("utils")
 graders_over_budget = pytest.mark.xfail(
     GRADERS > HELPERS, strict=False,
     reason=f"labchecks/ is {GRADERS} lines against utils/' {HELPERS}: the graders still outweigh "
-           "the lesson helpers (issue 34 asks for no more)")
+           "the lesson helpers")
 
 
 @pytest.mark.parametrize("path", sorted((ROOT / "labchecks").glob("*.py")), ids=lambda p: p.name)
