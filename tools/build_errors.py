@@ -127,8 +127,8 @@ def usual_label(entry: dict) -> str:
 
 #: The keys docs/errors.toml's header describes, for an entry and for one of its causes.
 ENTRY_KEYS = {"id", "title", "messages", "usual", "triage", "check", "note", "cause",
-              "causes", "fix", "footnote", "where", "symptom", "older_wordings", "quoted",
-              "library", "match", "unless"}
+              "causes", "fix", "footnote", "where", "symptom", "older_wordings", "older_note",
+              "quoted", "library", "match", "unless"}
 CAUSE_KEYS = {"why", "fix", "lang"}
 
 
@@ -248,6 +248,8 @@ def render(entries: list[dict]) -> str:
         if entry.get("older_wordings"):
             lines += ["Older PyTorch versions word it so (what many forum threads show):", "",
                       "```text", *entry["older_wordings"], "```", ""]
+            if entry.get("older_note", "").strip():
+                lines += [entry["older_note"].strip(), ""]
         if quoted(entry):
             lines += ["<details><summary>Where these messages come from</summary>", ""]
             lines += [f"- `{item['text']}`: {source_text(item['source'])}."

@@ -482,6 +482,9 @@ def test_the_split_model_route_is_first_and_gives_the_options_in_order():
     first = build_errors.triage(same)[0]
     assert 'device_map="auto"' in first and "inputs.to(model.device)" in first
     assert "wrapper_CUDA_gather" in first
+    without = build_errors.triage(same)[1]
+    assert "WITHOUT `device_map`" in without and "cause 6" in without
+    assert "torch.cuda.set_device(" in same["cause"][5]["fix"]
     options = ["model.device", 'device_map={"": 0}', "a `device_map` of your own", "max_memory={0:",
                "CUDA_VISIBLE_DEVICES=0,1", "trust_remote_code"]
     at = [same["library"].index(option) for option in options]

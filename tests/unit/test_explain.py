@@ -247,6 +247,8 @@ def test_a_message_naming_two_gpus_is_sent_to_the_split_model_route_first(messag
     found = utils.explain(message, show=False)
     assert found.id == "same-device"
     assert 'device_map="auto"' in found.first and "model.device" in found.first
+    assert "WITHOUT `device_map`" in found.first and "torch.cuda.set_device(" in found.first
+    assert found.first.index("model.device") < found.first.index("set_device")
     assert found.markdown().index("**First:**") < found.markdown().index("**Usual fix:**")
     assert "First: " in found.text() and "**" not in found.text()
 
