@@ -196,9 +196,12 @@ _TWO_GPUS = re.compile(r"cuda:(\d+) and cuda:(?!\1\b)\d+")
 
 def _branch_for(entry: dict, message: str) -> str:
     """The entry's triage branches for a message naming two different GPUs (with `device_map`:
-    the split model's; without: a bare "cuda"), joined, or "" for any other message."""
+    the split model's; without: a bare "cuda"), joined; its "Older form" branch for the older
+    `Expected object of device type` wording; or "" for any other message."""
     given = entry.get("triage", [])
     branches = [given] if isinstance(given, str) else given
+    if "expected object of device type" in message.lower():
+        return next((b for b in branches if b.startswith("Older form")), "")
     if not _TWO_GPUS.search(message.lower()):
         return ""
     return " ".join(b for b in branches if b.split("->")[0].startswith("Two GPUs named"))
