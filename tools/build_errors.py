@@ -127,8 +127,8 @@ def usual_label(entry: dict) -> str:
 
 #: The keys docs/errors.toml's header describes, for an entry and for one of its causes.
 ENTRY_KEYS = {"id", "title", "messages", "usual", "triage", "check", "note", "cause",
-              "causes", "fix", "footnote", "where", "symptom", "older_wordings", "quoted",
-              "library", "match", "unless"}
+              "causes", "fix", "footnote", "where", "symptom", "older_wordings", "older_note",
+              "quoted", "library", "match", "unless"}
 CAUSE_KEYS = {"why", "fix", "lang"}
 
 
@@ -206,7 +206,8 @@ def render(entries: list[dict]) -> str:
         "",
         GENERATED,
         "",
-        "Search this page (Ctrl+F, or Cmd+F on a Mac) for a few words of your message, or scan the",
+        "Search this page (Ctrl+F, or Cmd+F on a Mac; the search ignores case, so a lower-case",
+        "word finds `CUDA` too) for a few words of your message, or scan the",
         "list below. Each entry gives the message as PyTorch prints it, the likely causes (most",
         "likely first), each with its fix in plain PyTorch to copy, and the notebook section where",
         "you can watch it happen. The messages were printed by the notebooks' cells or, for what",
@@ -220,10 +221,13 @@ def render(entries: list[dict]) -> str:
         "In a notebook, `utils.explain(error)` finds the entry for you, and",
         "`utils.explain_errors()` shows it under every traceback.",
         "",
-        "**When the failing line is in a library** (a model loader, a trainer, a summary tool), do",
-        "not edit the library's source: pass the library's own device argument by keyword, use its",
-        "documented fix, update or pin the library, and for a file you trust, allow its globals",
-        "the documented way (`torch.serialization.safe_globals`). The entries say which applies.",
+        "**When the failing line is in a library**, first tell which code it is. An",
+        "installed package (a path under `site-packages`, from `pip` or `conda`): never edit it;",
+        "pass its own device argument by keyword, use its documented fix, update or pin it, and",
+        "for a file you trust, allow its globals the documented way",
+        "(`torch.serialization.safe_globals`). Code you cloned or copied (a research repository,",
+        "an old notebook, a fork): it is yours now, and editing it is the fix. The entries say",
+        "which applies.",
         "",
     ]
     for entry in listed:
@@ -244,6 +248,8 @@ def render(entries: list[dict]) -> str:
         if entry.get("older_wordings"):
             lines += ["Older PyTorch versions word it so (what many forum threads show):", "",
                       "```text", *entry["older_wordings"], "```", ""]
+            if entry.get("older_note", "").strip():
+                lines += [entry["older_note"].strip(), ""]
         if quoted(entry):
             lines += ["<details><summary>Where these messages come from</summary>", ""]
             lines += [f"- `{item['text']}`: {source_text(item['source'])}."

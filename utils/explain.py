@@ -195,13 +195,16 @@ _TWO_GPUS = re.compile(r"cuda:(\d+) and cuda:(?!\1\b)\d+")
 
 
 def _branch_for(entry: dict, message: str) -> str:
-    """The entry's triage branch for a message naming two different GPUs (the split model's),
-    or "" for any other message."""
+    """The entry's triage branches for a message naming two different GPUs (with `device_map`:
+    the split model's; without: a bare "cuda"), joined; its "Older form" branch for the older
+    `Expected object of device type` wording; or "" for any other message."""
     given = entry.get("triage", [])
     branches = [given] if isinstance(given, str) else given
+    if "expected object of device type" in message.lower():
+        return next((b for b in branches if b.startswith("Older form")), "")
     if not _TWO_GPUS.search(message.lower()):
         return ""
-    return next((b for b in branches if 'device_map="auto"' in b.split("->")[0]), "")
+    return " ".join(b for b in branches if b.split("->")[0].startswith("Two GPUs named"))
 
 
 def _first_fix(entry: dict) -> str:

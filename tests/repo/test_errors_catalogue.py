@@ -482,6 +482,9 @@ def test_the_split_model_route_is_first_and_gives_the_options_in_order():
     first = build_errors.triage(same)[0]
     assert 'device_map="auto"' in first and "inputs.to(model.device)" in first
     assert "wrapper_CUDA_gather" in first
+    without = build_errors.triage(same)[1]
+    assert "WITHOUT `device_map`" in without and "cause 6" in without
+    assert "torch.cuda.set_device(" in same["cause"][5]["fix"]
     options = ["model.device", 'device_map={"": 0}', "a `device_map` of your own", "max_memory={0:",
                "CUDA_VISIBLE_DEVICES=0,1", "trust_remote_code"]
     at = [same["library"].index(option) for option in options]
@@ -539,3 +542,78 @@ def test_the_sparse_mps_entry_says_what_pytorch_supports_now():
             / "native_functions.yaml").read_text()
     start = yaml.index("- func: _sparse_coo_tensor_with_dims_and_tensors(")
     assert "SparseMPS" in yaml[start:yaml.index("- func:", start + 1)]
+
+
+def test_the_page_tells_an_installed_package_from_code_you_cloned_and_says_search_ignores_case():
+    page = (lessons.ROOT / "docs" / "errors.md").read_text(encoding="utf-8")
+    top = page[:page.index("- [")]
+    assert "site-packages" in top and "never edit it" in top
+    assert "cloned" in top and "editing it is the fix" in top
+    assert "ignores case" in top
+
+
+def test_the_entries_that_promised_a_library_route_have_one():
+    ids = {"index-device", "generator-device", "dataparallel-device-ids", "same-device",
+           "weights-only", "meta-no-data", "input-type-weight-type", "deserialize-no-cuda"}
+    assert all(e.get("library", "").strip() for e in ENTRIES if e["id"] in ids)
+
+
+def test_set_default_device_none_leaves_a_default_tensor_type_in_force():
+    import warnings
+
+    import torch
+    (entry,) = [e for e in ENTRIES if e["id"] == "generator-device"]
+    assert "set_default_tensor_type(torch.FloatTensor)" in entry["cause"][0]["fix"]
+    assert 'generator=torch.Generator(device="cuda")' in entry["library"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # set_default_tensor_type is deprecated
+        try:
+            torch.set_default_tensor_type(torch.DoubleTensor)
+            torch.set_default_device(None)
+            assert torch.zeros(1).dtype == torch.float64, "set_default_device(None) did not undo it"
+            torch.set_default_tensor_type(torch.FloatTensor)
+            assert torch.zeros(1).dtype == torch.float32, "this undoes it"
+        finally:
+            torch.set_default_tensor_type(torch.FloatTensor)
+
+
+def test_a_dataloader_hands_its_generator_to_the_shuffling_sampler():
+    import torch
+    from torch.utils.data import DataLoader, RandomSampler
+    generator = torch.Generator()
+    loader = DataLoader(list(range(4)), shuffle=True, generator=generator)
+    assert isinstance(loader.sampler, RandomSampler) and loader.sampler.generator is generator
+
+
+def test_dataparallel_with_no_gpu_runs_the_model_so_its_message_means_a_gpu_is_visible():
+    import torch
+    from torch import nn
+    if torch.cuda.is_available():
+        pytest.skip("with a GPU visible DataParallel checks the model's device")
+    model = nn.Linear(3, 2)
+    assert nn.DataParallel(model)(torch.ones(1, 3)).shape == (1, 2)
+    (entry,) = [e for e in ENTRIES if e["id"] == "dataparallel-device-ids"]
+    assert "a GPU is visible" in entry["cause"][1]["why"]
+    assert "#torch-not-compiled-with-cuda" in entry["footnote"]
+    assert "#deserialize-no-cuda" in entry["footnote"]
+
+
+def test_torch_hub_reloads_its_cached_code_with_force_reload():
+    import inspect
+
+    import torch
+    assert "force_reload" in inspect.signature(torch.hub.load).parameters
+    (entry,) = [e for e in ENTRIES if e["id"] == "weights-only"]
+    assert "force_reload=True" in entry["library"] and "torch.hub.get_dir()" in entry["library"]
+    assert '" below' not in entry["cause"][1]["why"]
+
+
+def test_transformers_5_no_longer_uses_low_cpu_mem_usage():
+    transformers = pytest.importorskip("transformers")
+    if int(transformers.__version__.split(".")[0]) < 5:
+        pytest.skip("transformers 4 still uses low_cpu_mem_usage")
+    source = (Path(transformers.__file__).parent / "modeling_utils.py").read_text()
+    dropped = source[source.index("# Not used anymore"):][:300]
+    assert '"low_cpu_mem_usage"' in dropped
+    (entry,) = [e for e in ENTRIES if e["id"] == "meta-no-data"]
+    assert 'device_map={"": int(os.environ["LOCAL_RANK"])}' in entry["library"]

@@ -247,6 +247,8 @@ def test_a_message_naming_two_gpus_is_sent_to_the_split_model_route_first(messag
     found = utils.explain(message, show=False)
     assert found.id == "same-device"
     assert 'device_map="auto"' in found.first and "model.device" in found.first
+    assert "WITHOUT `device_map`" in found.first and "torch.cuda.set_device(" in found.first
+    assert found.first.index("model.device") < found.first.index("set_device")
     assert found.markdown().index("**First:**") < found.markdown().index("**Usual fix:**")
     assert "First: " in found.text() and "**" not in found.text()
 
@@ -262,3 +264,10 @@ def test_a_message_naming_two_gpus_is_sent_to_the_split_model_route_first(messag
 def test_a_message_naming_one_gpu_or_none_gets_no_split_model_route(message):
     found = utils.explain(message, show=False)
     assert found.first == "" and "First:" not in found.text()
+
+
+def test_the_older_expected_object_wording_is_told_how_to_read_it():
+    found = utils.explain("RuntimeError: Expected object of device type cuda but got device type "
+                          "cpu for argument #1 'self' in call to _thnn_conv2d_forward", show=False)
+    assert found.id == "same-device"
+    assert "'self'" in found.first and "cause 1" in found.first
