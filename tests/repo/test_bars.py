@@ -15,17 +15,9 @@ import pytest
 
 from tools import first_read, lessons
 
-#: Notebooks another engineer is restructuring this round: remove a line once its
-#: notebook keeps the budget.
-NOT_YET = {
-    "01_tensor_to.ipynb": "12 bars in 11 sections (tools.first_read); prose engineer",
-    "08_many_devices.ipynb": "split into 09 and 10 by the distributed engineer",
-}
-
 
 def _lessons():
-    return [pytest.param(path, marks=pytest.mark.xfail(reason=NOT_YET[path.name], strict=False))
-            if path.name in NOT_YET else path for path in lessons.lesson_notebooks()]
+    return lessons.lesson_notebooks()
 
 
 def code(source: str, tags=(), hidden: bool = False) -> dict:

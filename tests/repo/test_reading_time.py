@@ -209,16 +209,8 @@ def _over_limit() -> dict[str, str]:
     return found
 
 
-#: Notebooks over 30 minutes under the calibrated rates that another engineer is restructuring
-#: this round: remove a line once its notebook fits.
-OVER_UNTIL_RESTRUCTURED = {
-    "08_many_devices.ipynb": "45 min; split into 09 and 10 by the distributed engineer",
-}
-
-
 def test_no_notebooks_main_flow_takes_over_30_minutes():
-    new = {name: text for name, text in _over_limit().items()
-           if name not in OVER_UNTIL_RESTRUCTURED}
+    new = _over_limit()
     assert not new, (
         f"main flow over {reading_time.MAIN_FLOW_LIMIT_MINUTES} minutes (main / all): {new}; "
         "move depth into 'Going deeper' or 'On a CPU-only machine' parts, "
