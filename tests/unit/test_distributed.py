@@ -108,7 +108,10 @@ def test_a_failing_rank_is_named_first_with_its_traceback_and_output_stays_in_ra
     message = str(failure.value)
     assert message.startswith("fails.py: rank 1 failed:\nTraceback")
     assert "ValueError: rank 1 gives up" in message and 'File "fails.py", line 8' in message
-    assert "rank 0 then failed too, because a partner had gone" in message
+    # Rank 0 either raises at its barrier once rank 1 is gone (named as a consequence) or, on a
+    # busy machine, is stopped by torchrun before it does (then it has no traceback to name).
+    rank_0 = [line for line in message.splitlines() if "rank 0" in line]
+    assert all("rank 0 then failed too, because a partner had gone" in line for line in rank_0)
     printed = capsys.readouterr().out.splitlines()
     assert printed == ["$ torchrun --standalone --nproc_per_node=2 fails.py",
                        "[rank 0] hello from rank 0 of 2 on gloo",
