@@ -437,9 +437,12 @@ async def search_index(site: Path) -> None:
     async with PagefindIndex(config=config) as index:
         await index.add_directory(str(site.resolve()))
         for anchor, message, text in error_entries((site / index_page).read_text("utf-8")):
+            # The message, weighted above the text: an entry that quotes another's message in
+            # its own text (the Mac's placeholder entry quotes the same-device one) must not
+            # outrank the entry whose title it is.
             record = (f'<html lang="en"><head><title>{html.escape(message)}</title></head>'
-                      f"<body data-pagefind-body><h1>{html.escape(message)}</h1>"
-                      f"<p>{html.escape(text)}</p>"
+                      f'<body data-pagefind-body><h1 data-pagefind-weight="10">'
+                      f"{html.escape(message)}</h1><p>{html.escape(text)}</p>"
                       "</body></html>")
             await index.add_html_file(content=record, url=f"/{index_page}#{anchor}")
 
