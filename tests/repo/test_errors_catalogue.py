@@ -134,6 +134,10 @@ def test_every_message_is_one_a_notebook_prints_or_quotes_or_a_gpu_run_recorded(
 
 @pytest.mark.parametrize("run", list(RUNS.values()), ids=list(RUNS))
 def test_every_recorded_run_still_prints_what_it_recorded(run):
+    import torch
+
+    if run.get("build") == "cpu" and torch.version.cuda is not None:
+        pytest.skip("recorded on a CPU-only build; this torch is a CUDA build")
     assert run_printed(run["code"]) == run["printed"]
 
 
