@@ -11,12 +11,17 @@ It keeps ``my-work/`` (git-ignored) in the repository's root:
 - ``--fresh labs/02_copy_pitfall.ipynb`` replaces one copy with the current version and
   keeps the learner's as ``labs/02_copy_pitfall-2026-11-30.ipynb`` (today's date);
 - each copy opens with the outputs of its *answer cells* cleared (:func:`answer_cells`), so a
-  "Predict, then run" question is not answered on screen before the learner runs the cell.
-  The course's own notebooks keep every output (the tests compare them).
+  "Predict, then run" question is not answered on screen before the learner runs the cell,
+  and with the explanation that follows an answer folded (:func:`fold_explanation`): the text
+  right under an answer cell often opens with the answer ("They are **not** equal"), so the
+  copy puts it in a ``<details>`` fold titled "After you run the cell above". The course's own
+  notebooks keep every output and every word in view (the tests compare them).
 
 What each copy was copied from is recorded in ``my-work/.workspace.json`` (hidden in
-JupyterLab's file browser): the fingerprint of the source's cells at copy time. A copy has
-a newer version upstream when the source's fingerprint has changed since. Because
+JupyterLab's file browser): the fingerprint of the source's cells at copy time, and that of
+the copy as written (its folds make it differ from the source). A copy has a newer version
+upstream when the source's fingerprint has changed since; the learner edited it when its own
+fingerprint is no longer the one written. Because
 ``my-work/`` is ignored by git, ``git pull`` (and nbgitpuller on a hub) updates the
 collection without ever meeting the learner's edits. Only the standard library is used.
 
@@ -49,6 +54,8 @@ ASKS = re.compile(r"(?m)(^|\*\*|[.!?:]\s+)Predict\b")
 ANSWER_TAG = "answer"  # a code cell whose outputs a learner's copy opens without
 NOT_ANSWER_TAG = "not-answer"  # never cleared, even right after a question
 CHECK_TAG = "hidden-check"  # a check cell (tools.reading_time.CHECK_TAG): prints nothing
+#: The fold a copy puts around the explanation under an answer cell (:func:`fold_explanation`).
+AFTER_RUNNING = "<details><summary><b>After you run the cell above</b>: what it shows</summary>"
 #: Notebooks and labs the course renamed or split: a learner's copy of the old one is kept as
 #: it is, and ``make lab`` says where its parts are now.
 MOVED = {
@@ -71,7 +78,9 @@ changes a file in it.
 - For a fresh copy of one, run `make fresh COPY=labs/02_copy_pitfall.ipynb` in a terminal:
   yours is kept next to it, with today's date in its name.
 - Your copies open with the answers to "Predict, then run" questions cleared: decide, then
-  run the cell to see the answer. The course's own notebooks keep every output.
+  run the cell to see the answer. The text under it that explains the answer is folded
+  ("After you run the cell above"): click it once you have run the cell. The course's own
+  notebooks keep every output.
 """
 
 
@@ -170,8 +179,61 @@ def answer_cells(cells: list[dict]) -> list[int]:
     return sorted(i for i in found if NOT_ANSWER_TAG not in _tags(cells[i]))
 
 
+def explanation_cells(cells: list[dict]) -> list[int]:
+    """Return the indexes of the markdown cells that explain an answer: the first cell after
+    each answer cell (check cells skipped), when it is markdown and has text to fold
+    (:func:`fold_explanation`). Used by ``make lab`` (the my-work copies).
+    """
+    found = []
+    for answer in answer_cells(cells):
+        after = answer + 1
+        while after < len(cells) and CHECK_TAG in _tags(cells[after]):
+            after += 1
+        if after < len(cells) and cells[after]["cell_type"] == "markdown" \
+                and fold_explanation(_text(cells[after])) != _text(cells[after]):
+            found.append(after)
+    return found
+
+
+def _ends_explanation(paragraph: str) -> bool:
+    """A heading, a new question or a fold of the course's own: where an explanation stops."""
+    first = paragraph.lstrip()
+    return first.startswith(("#", "<details")) or bool(ASKS.search(paragraph))
+
+
+def fold_explanation(text: str) -> str:
+    """Return markdown ``text`` with its opening paragraphs, up to the first heading, new
+    question (``ASKS``) or ``<details>`` fold, inside an :data:`AFTER_RUNNING` fold.
+
+    Text that opens with one of those is returned unchanged. A fenced code block is never
+    split. Introduced for ``make lab`` (the my-work copies).
+    """
+    paragraphs, current, fenced = [], [], False
+    for line in text.split("\n"):
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+        if not line.strip() and not fenced:
+            if current:
+                paragraphs.append("\n".join(current))
+            current = []
+        else:
+            current.append(line)
+    if current:
+        paragraphs.append("\n".join(current))
+    lead = []
+    for paragraph in paragraphs:
+        if _ends_explanation(paragraph):
+            break
+        lead.append(paragraph)
+    if not lead:
+        return text
+    rest = paragraphs[len(lead):]
+    return "\n\n".join([AFTER_RUNNING, *lead, "</details>", *rest])
+
+
 def learners_copy(source: Path, target: Path) -> list[int]:
-    """Copy the notebook ``source`` to ``target`` with its answer cells' outputs cleared.
+    """Copy the notebook ``source`` to ``target`` with its answer cells' outputs cleared and
+    the explanation under each answer folded (:func:`explanation_cells`).
 
     Return the indexes of the cells cleared. A notebook without answer cells (or a file that
     is not a notebook) is copied byte for byte. Introduced for ``make lab``.
@@ -181,13 +243,16 @@ def learners_copy(source: Path, target: Path) -> list[int]:
         cells = notebook["cells"]
         cleared = [i for i in answer_cells(cells)
                    if cells[i].get("outputs") or cells[i].get("execution_count") is not None]
+        folded = explanation_cells(cells)
     except (ValueError, KeyError, TypeError):
-        cleared = []
-    if not cleared:
+        cleared, folded = [], []
+    if not (cleared or folded):
         shutil.copyfile(source, target)
         return []
     for index in cleared:
         cells[index]["outputs"], cells[index]["execution_count"] = [], None
+    for index in folded:
+        cells[index]["source"] = fold_explanation(_text(cells[index]))
     # As nbformat and JupyterLab write a notebook, so that saving it there changes nothing else.
     target.write_text(json.dumps(notebook, indent=1, sort_keys=True, ensure_ascii=False) + "\n",
                       encoding="utf-8")
@@ -229,7 +294,7 @@ def _copy(root: Path, work: Path, name: str, copies: dict) -> None:
     target = work / name
     target.parent.mkdir(parents=True, exist_ok=True)
     learners_copy(root / name, target)
-    copies[name] = {"source": fingerprint(root / name),
+    copies[name] = {"source": fingerprint(root / name), "copy": fingerprint(target),
                     "copied": datetime.date.today().isoformat()}
 
 
@@ -286,7 +351,9 @@ def update(root: Path = ROOT, folder: str = FOLDER) -> list[str]:
         lines.append(f"The course has a newer version of {len(newer)} of your copies in "
                      f"{folder}/ (they are untouched):")
         for name in newer:
-            edited = fingerprint(work / name) != copies[name]["source"]
+            # what was written: the copy's own fingerprint (older records: the source's)
+            written = copies[name].get("copy", copies[name]["source"])
+            edited = fingerprint(work / name) != written
             lines.append(f"  {name}  ({'edited by you' if edited else 'not edited by you'})")
         lines.append(f"For the new version of one, keeping yours with today's date in its name: "
                      f"make fresh COPY={newer[0]}")

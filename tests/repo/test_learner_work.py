@@ -73,7 +73,9 @@ def test_first_run_copies_lessons_and_labs_with_their_layout(course):
     assert (course / "my-work" / LAB).read_bytes() == (course / LAB).read_bytes()  # no answers
     mine = nbformat.read(course / "my-work" / LESSON, as_version=4)
     theirs = nbformat.read(course / LESSON, as_version=4)
-    assert [c.source for c in mine.cells] == [c.source for c in theirs.cells]
+    assert [c.source for c in mine.cells] == [  # the same cells, explanations folded
+        workspace.fold_explanation(c.source) if i in workspace.explanation_cells(theirs.cells)
+        else c.source for i, c in enumerate(theirs.cells)]
     assert not (course / "my-work/labs/solutions").exists()
     assert "../README.md" in (course / "my-work/README.md").read_text(encoding="utf-8")
 
@@ -125,9 +127,19 @@ def test_a_newer_lab_upstream_is_reported_and_the_copy_is_untouched(course):
 
 
 def test_a_newer_version_of_an_unedited_copy_says_so(course):
-    workspace.update(course)
+    workspace.update(course)  # the lesson's copy has its explanations folded: not an edit
     change_a_markdown_cell(course / LESSON, "\nA clearer sentence.")
     assert f"  {LESSON}  (not edited by you)" in workspace.update(course)
+
+
+def test_a_copy_recorded_before_folds_is_judged_by_its_source(course):
+    workspace.update(course)
+    record = course / "my-work" / workspace.RECORD
+    copies = json.loads(record.read_text(encoding="utf-8"))
+    del copies["copies"][LAB]["copy"]  # as an older make lab wrote it (labs fold nothing)
+    record.write_text(json.dumps(copies), encoding="utf-8")
+    change_a_markdown_cell(course / LAB, "\nA clearer sentence.")
+    assert f"  {LAB}  (not edited by you)" in workspace.update(course)
 
 
 def test_a_course_rerun_that_changes_only_outputs_is_not_a_newer_version(course):
@@ -213,10 +225,15 @@ def test_my_work_copies_open_with_answer_outputs_cleared_and_the_course_keeps_th
     mine = nbformat.read(course / "my-work" / LESSON, as_version=4)
     nbformat.validate(mine)
     answers = workspace.answer_cells(json.loads((course / LESSON).read_text())["cells"])
+    explanations = workspace.explanation_cells(json.loads((course / LESSON).read_text())["cells"])
     assert answers, f"{LESSON} asks 'Predict, then run' and has an answer cell"
+    assert explanations, f"{LESSON} explains an answer right under it"
     for index, (my_cell, their_cell) in enumerate(zip(mine.cells, theirs.cells, strict=True)):
         if index in answers:
             assert their_cell.outputs and not my_cell.outputs and my_cell.execution_count is None
+        elif index in explanations:
+            assert my_cell.source.startswith(workspace.AFTER_RUNNING)
+            assert my_cell.source != their_cell.source and my_cell.metadata == their_cell.metadata
         else:
             assert my_cell == their_cell, f"cell {index} changed in the copy"
     # The pitfall's answer is where `inputs` is: the course shows it, the copy does not.
@@ -262,6 +279,48 @@ def test_a_quiz_on_its_own_is_a_question_answered_by_the_next_code_cell_that_run
     )
     assert workspace.questions(cells) == [(1, 5), (6, None)]
     assert workspace.answer_cells(cells) == [5]
+
+
+def test_the_explanation_under_an_answer_opens_folded_until_a_heading_or_a_new_question():
+    cells = _cells(
+        ("markdown", "**Predict, then run.** Are they equal?", []),
+        ("code", "print(a == b)", []),  # 1: the answer
+        ("code", "assert True", ["hidden-check"]),  # a check cell between: skipped
+        ("markdown", "They are **not** equal.\n\n```python\nx = 1\n\ny = 2\n```\n\n"
+                     "Why, in short.\n\n## 2. Next\n\nMore.", []),  # 3: explains the answer
+        ("markdown", "**Predict:** and now?", []),
+        ("code", "print(c)", []),  # 5: the answer
+        ("markdown", "## 3. A heading first: nothing explains the answer here", []),
+    )
+    assert workspace.explanation_cells(cells) == [3]
+    folded = workspace.fold_explanation(cells[3]["source"])
+    assert folded.startswith(workspace.AFTER_RUNNING + "\n\nThey are **not** equal.")
+    lead, rest = folded.split("</details>")
+    assert "```python\nx = 1\n\ny = 2\n```" in lead and "Why, in short." in lead
+    assert rest == "\n\n## 2. Next\n\nMore."  # the next section stays in view
+    for kept in ("## 3. Heading", "**Predict:** next?", "<details><summary>Deeper</summary>"):
+        assert workspace.fold_explanation(kept + "\n\nText.") == kept + "\n\nText."
+
+
+@pytest.mark.parametrize("path", lessons.lesson_notebooks(), ids=lambda p: p.name)
+def test_no_explanation_under_an_answer_is_in_view_in_the_learners_copy(path, tmp_path):
+    """The text right under an answer cell often opens with the answer ("They are **not**
+    equal"): in the copy it waits in a fold until the learner has run the cell."""
+    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    copy = tmp_path / path.name
+    workspace.learners_copy(path, copy)
+    mine = json.loads(copy.read_text(encoding="utf-8"))["cells"]
+    for answer in workspace.answer_cells(cells):
+        after = answer + 1
+        while after < len(cells) and workspace.CHECK_TAG in workspace._tags(cells[after]):
+            after += 1
+        if after == len(cells) or cells[after]["cell_type"] != "markdown":
+            continue
+        text, shown = workspace._text(cells[after]), workspace._text(mine[after])
+        opens_elsewhere = workspace._ends_explanation(text.lstrip().split("\n\n")[0])
+        assert opens_elsewhere or shown.startswith(workspace.AFTER_RUNNING), (
+            f"{path.name}: cell {after} explains the answer of cell {answer} in view: "
+            f"{text[:60]!r}")
 
 
 def _quiz_answer(source: str) -> str:
