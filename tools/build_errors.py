@@ -295,7 +295,8 @@ def render(entries: list[dict]) -> str:
         if entry.get("messages"):
             lines += ["```text", *entry["messages"], "```", ""]
         if entry.get("older_wordings"):
-            lines += ["Older PyTorch versions word it so (what many forum threads show):", "",
+            lines += [f'<a id="{entry["id"]}-older"></a>', "",
+                      "Older PyTorch versions word it so (what many forum threads show):", "",
                       "```text", *entry["older_wordings"], "```", ""]
             if entry.get("older_note", "").strip():
                 lines += [entry["older_note"].strip(), ""]
