@@ -684,7 +684,7 @@ def _display_lines(text: str) -> int:
     return sum(max(1, -(-len(line) // 100)) for line in text.splitlines())
 
 
-@pytest.mark.parametrize("entry_id", TRIAGED + ["dataparallel-device-ids"])
+@pytest.mark.parametrize("entry_id", TRIAGED + ["dataparallel-device-ids", "meta-no-data"])
 def test_an_entry_says_what_to_do_now_within_its_first_screen(entry_id):
     """The usual fix and the triage (which fix fits where the traceback ends) fit the first
     screen below the heading: 25 lines of 100 characters, the depth below them."""
