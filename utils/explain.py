@@ -101,7 +101,8 @@ class Explanation:
     def text(self) -> str:
         lines = [f"The error index: {self.title}", f"  {self.entry_url}"]
         if self.first:
-            lines.append("First: " + self.first.replace("`", "").replace("**", ""))
+            first = re.sub(r"\[([^\]]*)\]\(([^)]*)\)", r"\1 (\2)", self.first)  # a link: text (url)
+            lines.append("First: " + first.replace("`", "").replace("**", ""))
         if self.usual:
             plain = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", self.usual).replace("`", "")
             lines.append(f"Usual fix: {plain}")
