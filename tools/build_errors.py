@@ -128,8 +128,37 @@ def usual_label(entry: dict) -> str:
 #: The keys docs/errors.toml's header describes, for an entry and for one of its causes.
 ENTRY_KEYS = {"id", "title", "messages", "usual", "triage", "check", "note", "cause",
               "causes", "fix", "footnote", "where", "symptom", "older_wordings", "older_note",
-              "quoted", "library", "match", "unless"}
+              "quoted", "library", "match", "unless", "more", "look_for"}
 CAUSE_KEYS = {"why", "fix", "lang"}
+LOOK_FOR_KEYS = {"text", "when", "at", "label"}
+
+
+def more(entry: dict) -> list[str]:
+    """Return an entry's further signs (the triage's rarer branches), shown below its messages."""
+    return [branch.strip() for branch in entry.get("more", []) if branch.strip()]
+
+
+def look_for(entry: dict) -> list[dict]:
+    """Return the fragments of the message, as printed, listed under the entry's line at the
+    top of the page: ``{"text", "when", "at", "label"}``, ``at`` the anchor they lead to (the
+    entry's own by default)."""
+    found = []
+    for item in entry.get("look_for", []):
+        item = {"text": item} if isinstance(item, str) else dict(item)
+        found.append({"when": "", "label": "", "at": entry["id"], **item})
+    return found
+
+
+def cause_anchor(entry: dict, number: int) -> str:
+    """The anchor of an entry's cause ``number`` (given only to causes the page links to)."""
+    return f"{entry['id']}-cause-{number}"
+
+
+def _linked_causes(entries: list[dict]) -> set[str]:
+    links = set(re.findall(r"\]\(#([a-z0-9-]+)\)", "\n".join(
+        str(value) for entry in entries for value in entry.values())))
+    links |= {item["at"] for entry in entries for item in look_for(entry)}
+    return {link for link in links if re.search(r"-cause-\d+$", link)}
 
 
 def problems(entry: dict) -> list[str]:
@@ -168,6 +197,17 @@ def problems(entry: dict) -> list[str]:
             found.append(f"cause {number}: the fix is code already, without a fence")
     if any("\n" in branch for branch in triage(entry)):
         found.append("the triage is one line, or a list of one-line branches")
+    if isinstance(entry.get("more", []), str) or any("\n" in branch for branch in more(entry)):
+        found.append("`more` is a list of one-line branches")
+    if len(triage(entry)) > 6 or sum(len(branch) for branch in triage(entry)) > 1000:
+        found.append("the triage fits a first screen (at most six branches, 1,000 characters): "
+                     "put the rarer branches under `more`")
+    for item in look_for(entry):
+        if set(item) - LOOK_FOR_KEYS:
+            found.append(f"look_for: unknown keys {sorted(set(item) - LOOK_FOR_KEYS)}")
+        if not item["text"].strip() or "`" in item["text"] or "\n" in item["text"]:
+            found.append(f"look_for: a fragment of the message, one line, no backticks: "
+                         f"{item['text'][:60]!r}")
     if "\n" in entry.get("usual", "").strip() or "`" not in entry.get("usual", "`"):
         found.append("the usual fix is one line, with its code")
     if "check" in entry and not 1 <= len(fix_lines(entry["check"])) <= 3:
@@ -206,20 +246,31 @@ def render(entries: list[dict]) -> str:
         "",
         GENERATED,
         "",
-        "Search this page (Ctrl+F, or Cmd+F on a Mac; the search ignores case, so a lower-case",
-        "word finds `CUDA` too) for a few words of your message, or scan the",
-        "list below. Each entry gives the message as PyTorch prints it, the likely causes (most",
-        "likely first), each with its fix in plain PyTorch to copy, and the notebook section where",
-        "you can watch it happen. The messages were printed by the notebooks' cells or, for what",
-        "only a GPU shows, on a real GPU ([docs/gpu-verification.md](gpu-verification.md)). The",
-        "exact wording changes a little between PyTorch versions, and the names in it are yours:",
-        "search for its first few words (`Missing key(s) in state_dict`, `Weights only load",
-        "failed`, `Unsupported global`). Older wordings are listed under the current one.",
-        "If the first words find nothing, search one distinctive word of the message instead",
-        "(`deserialize`, `SparseMPS`, `Placeholder`, `float64`, `meta`).",
-        "",
-        "In a notebook, `utils.explain(error)` finds the entry for you, and",
+        "**Find your message in the list below** (or search this page for a few of its words:",
+        "Ctrl+F, or Cmd+F on a Mac; the search ignores case), open its entry and read its first",
+        "lines: the **Usual fix**, then **First**, which says what to do by where your traceback",
+        "ends (your code, an installed library, a model split with `device_map`). The depth is",
+        "below them. In a notebook, `utils.explain(error)` finds the entry for you, and",
         "`utils.explain_errors()` shows it under every traceback.",
+        "",
+    ]
+    for entry in listed:
+        lines.append(f"- [{_escaped(entry['title'])}](#{entry['id']})")
+        for item in look_for(entry):
+            when = f" {item['when'].strip()}" if item["when"].strip() else ""
+            if item["label"]:
+                lines.append(f"  - `{item['text']}`{when}: [{item['label']}](#{item['at']})")
+            else:
+                lines.append(f"  - [`{item['text']}`](#{item['at']}){when}")
+    lines += [
+        "",
+        "The names in a message are yours, and its wording changes a little between PyTorch",
+        "versions: search for its first few words (`Missing key(s) in state_dict`, `Weights only",
+        "load failed`, `Unsupported global`), or, if they find nothing, one distinctive word",
+        "(`deserialize`, `SparseMPS`, `Placeholder`, `float64`, `meta`). Older wordings are",
+        "listed under the current one. The messages were printed by the notebooks' cells or, for",
+        "what only a GPU shows, on a real GPU ([docs/gpu-verification.md](gpu-verification.md));",
+        "each entry names the source of any other.",
         "",
         "**When the failing line is in a library**, first tell which code it is. An",
         "installed package (a path under `site-packages`, from `pip` or `conda`): never edit it;",
@@ -228,10 +279,8 @@ def render(entries: list[dict]) -> str:
         "(`torch.serialization.safe_globals`). Code you cloned or copied (a research repository,",
         "an old notebook, a fork): it is yours now, and editing it is the fix. The entries say",
         "which applies.",
-        "",
     ]
-    for entry in listed:
-        lines.append(f"- [{_escaped(entry['title'])}](#{entry['id']})")
+    linked = _linked_causes(listed)
     for entry in listed:
         lines += ["", f'<a id="{entry["id"]}"></a>', "", f"## {_escaped(entry['title'])}", ""]
         if entry.get("usual", "").strip():
@@ -246,7 +295,8 @@ def render(entries: list[dict]) -> str:
         if entry.get("messages"):
             lines += ["```text", *entry["messages"], "```", ""]
         if entry.get("older_wordings"):
-            lines += ["Older PyTorch versions word it so (what many forum threads show):", "",
+            lines += [f'<a id="{entry["id"]}-older"></a>', "",
+                      "Older PyTorch versions word it so (what many forum threads show):", "",
                       "```text", *entry["older_wordings"], "```", ""]
             if entry.get("older_note", "").strip():
                 lines += [entry["older_note"].strip(), ""]
@@ -259,6 +309,9 @@ def render(entries: list[dict]) -> str:
                 lines += ["", "The others are printed by the notebooks' cells or quoted from a GPU "
                           "run ([docs/gpu-verification.md](gpu-verification.md))."]
             lines += ["", "</details>", ""]
+        if more(entry):
+            lines += ["**More signs, and the cause each points to**", "",
+                      *(f"- {branch}" for branch in more(entry)), ""]
         if entry.get("note", "").strip():
             lines += [entry["note"].strip(), ""]
         # Most reports come from inside a library: its route comes before the causes.
@@ -269,6 +322,8 @@ def render(entries: list[dict]) -> str:
                      "**Most likely causes**")
         lines.append("")
         for number, cause in enumerate(causes(entry), 1):
+            if cause_anchor(entry, number) in linked:  # a target of its own, for a direct link
+                lines += [f'<a id="{cause_anchor(entry, number)}"></a>', ""]
             lines += _cause_lines(number, cause)
             if own:
                 lines.append("")

@@ -84,6 +84,7 @@ class Explanation:
         usual = re.sub(r"\]\(#([a-z0-9-]+)\)", rf"]({page}#\1)", " ".join(usual.split()))
         live = tuple((_where_label(where), _where_url(where)) for where in entry["where"][:2])
         first = " ".join(_branch_for(entry, message).split())
+        first = re.sub(r"\]\(#([a-z0-9-]+)\)", rf"]({page}#\1)", first)
         return cls(entry["id"], entry["title"], usual, f"{page}#{entry['id']}", live, first)
 
     def markdown(self) -> str:
@@ -100,7 +101,8 @@ class Explanation:
     def text(self) -> str:
         lines = [f"The error index: {self.title}", f"  {self.entry_url}"]
         if self.first:
-            lines.append("First: " + self.first.replace("`", "").replace("**", ""))
+            first = re.sub(r"\[([^\]]*)\]\(([^)]*)\)", r"\1 (\2)", self.first)  # a link: text (url)
+            lines.append("First: " + first.replace("`", "").replace("**", ""))
         if self.usual:
             plain = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", self.usual).replace("`", "")
             lines.append(f"Usual fix: {plain}")
@@ -197,9 +199,11 @@ _TWO_GPUS = re.compile(r"cuda:(\d+) and cuda:(?!\1\b)\d+")
 def _branch_for(entry: dict, message: str) -> str:
     """The entry's triage branches for a message naming two different GPUs (with `device_map`:
     the split model's; without: a bare "cuda"), joined; its "Older form" branch for the older
-    `Expected object of device type` wording; or "" for any other message."""
+    `Expected object of device type` wording (from `triage` or `more`); or "" for any other
+    message."""
     given = entry.get("triage", [])
-    branches = [given] if isinstance(given, str) else given
+    branches = [given] if isinstance(given, str) else list(given)
+    branches += entry.get("more", [])  # the rarer signs, shown under the messages
     if "expected object of device type" in message.lower():
         return next((b for b in branches if b.startswith("Older form")), "")
     if not _TWO_GPUS.search(message.lower()):

@@ -233,7 +233,18 @@ def test_every_link_inside_the_page_points_to_an_entry_it_shows():
     page = (lessons.ROOT / "docs" / "errors.md").read_text(encoding="utf-8")
     targets = set(re.findall(r"\]\(#([a-z0-9-]+)\)", page))
     shown = {entry["id"] for entry in ENTRIES if build_errors.shown(entry)}
-    assert targets and not targets - shown, f"links to entries not shown: {targets - shown}"
+    # A link may also go to a place inside an entry (a cause, a split model's route): an anchor
+    # the page defines once, on a line of its own, named after the entry it is in.
+    defined = re.findall(r'^<a id="([a-z0-9-]+)"></a>$', page, re.MULTILINE)
+    assert len(defined) == len(set(defined)), "each anchor once"
+    inside = {name for name in defined if any(name.startswith(f"{id_}-") for id_ in shown)}
+    assert targets and not targets - shown - inside, (
+        f"links to entries not shown: {targets - shown - inside}")
+    for name in inside:  # the anchor is inside its own entry
+        owner = max((id_ for id_ in shown if name.startswith(f"{id_}-")), key=len)
+        entry_at = page.index(f'<a id="{owner}"></a>')
+        anchor_at = page.index(f'<a id="{name}"></a>')
+        assert entry_at < anchor_at and page[entry_at:anchor_at].count("\n## ") == 1, name
 
 
 def test_the_index_is_generated_from_the_catalogue():
@@ -333,7 +344,8 @@ def test_the_first_fix_is_the_likeliest_case_a_reader_met():
 #: The entries a reader at 2 a.m. used (docs/errors.md, round 2): each opens with a triage line.
 TRIAGED = ["same-device", "deserialize-no-cuda", "deserialize-device-count",
            "missing-unexpected-keys", "weights-only-numpy", "flat-loss-optimizer-before-to",
-           "input-type-weight-type", "cuda-out-of-memory"]
+           "input-type-weight-type", "cuda-out-of-memory", "dataparallel-device-ids",
+           "meta-no-data"]
 
 
 @pytest.mark.parametrize("entry_id", TRIAGED)
@@ -372,7 +384,7 @@ def test_the_triage_of_the_two_entries_with_a_check_is_followed_by_code_that_run
     (same,) = [e for e in ENTRIES if e["id"] == "same-device"]
     assert "named_parameters()" in same["check"] and "named_buffers()" in same["check"]
     same_triage = " ".join(build_errors.triage(same))
-    assert "found at least two devices" in same_triage
+    assert "found at least two devices" in " ".join(build_errors.more(same))  # the rarer signs
     assert "(cause 1)" in same_triage and "(cause 3)" in same_triage
     (flat,) = [e for e in ENTRIES if e["id"] == "flat-loss-optimizer-before-to"]
     flat_triage = " ".join(build_errors.triage(flat))
@@ -505,7 +517,7 @@ def test_resuming_failures_are_found_from_a_search_for_resum():
 
 def test_the_page_tells_a_reader_to_search_a_distinctive_word_and_lists_the_user_variants():
     page = build_errors.render(ENTRIES)
-    head = page[:page.index("- [")]
+    head = page[:page.index("<a id=")]  # the top of the page, above the first entry
     assert all(word in head for word in ("`deserialize`", "`SparseMPS`", "`Placeholder`"))
     assert "attempts to deserialize" in page and "wrapper_CUDA_gather" in page
 
@@ -550,7 +562,7 @@ def test_the_sparse_mps_entry_says_what_pytorch_supports_now():
 
 def test_the_page_tells_an_installed_package_from_code_you_cloned_and_says_search_ignores_case():
     page = (lessons.ROOT / "docs" / "errors.md").read_text(encoding="utf-8")
-    top = page[:page.index("- [")]
+    top = page[:page.index("<a id=")]  # the top of the page, above the first entry
     assert "site-packages" in top and "never edit it" in top
     assert "cloned" in top and "editing it is the fix" in top
     assert "ignores case" in top
@@ -621,3 +633,83 @@ def test_transformers_5_no_longer_uses_low_cpu_mem_usage():
     assert '"low_cpu_mem_usage"' in dropped
     (entry,) = [e for e in ENTRIES if e["id"] == "meta-no-data"]
     assert 'device_map={"": int(os.environ["LOCAL_RANK"])}' in entry["library"]
+
+
+def _owner(anchor: str) -> str:
+    """The id of the entry an anchor of the page is in (its own id, or the longest id it
+    starts with)."""
+    ids = [entry["id"] for entry in ENTRIES]
+    return anchor if anchor in ids else max(
+        (id_ for id_ in ids if anchor.startswith(f"{id_}-")), key=len)
+
+
+def _said(entry_id: str) -> list[str]:
+    """What was printed for an entry: its messages, older wordings and the corpus's reports."""
+    (entry,) = [e for e in ENTRIES if e["id"] == entry_id]
+    return ([*entry.get("messages", []), *entry.get("older_wordings", [])]
+            + [report["message"] for report in REPORTS.values() if report["entry"] == entry_id])
+
+
+def test_every_fragment_listed_at_the_top_is_one_someone_saw():
+    for entry in ENTRIES:
+        for item in build_errors.look_for(entry):
+            said = _said(entry["id"]) + _said(_owner(item["at"]))
+            assert any(item["text"] in text for text in said), (
+                f"{entry['id']}: {item['text']!r} is in no message of the entry it leads to, nor "
+                "in a report of the corpus: never invent one")
+
+
+def _top_rows() -> list[tuple[str, str]]:
+    """(what a reader matches, the entry it leads into) for each line of the list at the top:
+    the title's stable parts (cut at " (", " ... ", " / " and a final "!"), and the fragments."""
+    rows = []
+    for entry in ENTRIES:
+        if not build_errors.shown(entry):
+            continue
+        for part in re.split(r" \(| \.\.\. | / ", entry["title"]):
+            rows.append((part.strip().rstrip("!."), entry["id"]))
+        rows += [(item["text"], _owner(item["at"])) for item in build_errors.look_for(entry)]
+    return [(text, entry_id) for text, entry_id in rows if len(text) > 12]
+
+
+@pytest.mark.parametrize("report", list(REPORTS.values()), ids=list(REPORTS))
+def test_every_report_of_the_corpus_is_found_in_the_list_at_the_top_of_the_page(report):
+    """A reader at 2 a.m. finds their message in the list at the top (or with Ctrl+F there):
+    some line of it is part of the message as the user pasted it, and leads into its entry."""
+    message = normalized(report["message"]).lower()
+    leads = {entry_id for text, entry_id in _top_rows() if normalized(text).lower() in message}
+    assert report["entry"] in leads, (report["entry"], leads)
+
+
+def _display_lines(text: str) -> int:
+    return sum(max(1, -(-len(line) // 100)) for line in text.splitlines())
+
+
+@pytest.mark.parametrize("entry_id", TRIAGED)
+def test_an_entry_says_what_to_do_now_within_its_first_screen(entry_id):
+    """The usual fix and the triage (which fix fits where the traceback ends) fit the first
+    screen below the heading: 25 lines of 100 characters, the depth below them."""
+    (entry,) = [e for e in ENTRIES if e["id"] == entry_id]
+    page = build_errors.render([entry])
+    entry_text = page[page.index(f"## {build_errors._escaped(entry['title'])}"):]
+    first_screen = entry_text[:entry_text.index("```")]
+    assert "**First:**" in first_screen
+    assert _display_lines(first_screen) <= 25, _display_lines(first_screen)
+
+
+def test_the_same_device_triage_routes_by_where_the_traceback_ends_and_links_each_route():
+    (same,) = [e for e in ENTRIES if e["id"] == "same-device"]
+    branches = build_errors.triage(same)
+    assert len(branches) <= 5
+    routes = " ".join(branches)
+    for where in ('device_map="auto"', "WITHOUT `device_map`", "optimizer.step()",
+                  "your own code", "installed package"):
+        assert where in routes, where
+    for anchor in ("same-device-split-model", "same-device-cause-6", "same-device-cause-5",
+                   "same-device-in-a-library"):
+        assert f"](#{anchor})" in routes, anchor
+    page = (lessons.ROOT / "docs" / "errors.md").read_text(encoding="utf-8")
+    split = page[page.index('<a id="same-device-split-model"></a>'):]
+    assert split.split("\n\n", 2)[1].startswith("A model split over GPUs")
+    cause5 = page[page.index('<a id="same-device-cause-5"></a>'):]
+    assert cause5.split("\n\n", 2)[1].startswith("5. Optimizer state")

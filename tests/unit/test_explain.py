@@ -253,6 +253,7 @@ def test_a_message_naming_two_gpus_is_sent_to_the_split_model_route_first(messag
     assert found.first.index("model.device") < found.first.index("set_device")
     assert found.markdown().index("**First:**") < found.markdown().index("**Usual fix:**")
     assert "First: " in found.text() and "**" not in found.text()
+    assert "](" not in found.text() and "errors.md#same-device-split-model)" in found.markdown()
 
 
 @pytest.mark.parametrize("message", [
