@@ -66,6 +66,14 @@ SITE     ?= build/site
 STUDENT_COPY ?= ../student-copy
 
 
+# Python's bytecode cache, kept out of the source tree in build/pycache. `make test` starts
+# about 130 Python processes (kernels, torchrun workers, test workers); where the environment
+# sets PYTHONDONTWRITEBYTECODE (many CI images and containers do), each of them would compile
+# utils/, labchecks/ and tools/ again and each test worker would rewrite every test module's
+# asserts again (about 2 s of CPU per test worker, docs/runs.md).
+export PYTHONPYCACHEPREFIX := $(CURDIR)/build/pycache
+unexport PYTHONDONTWRITEBYTECODE
+
 # `make help` lists the targets by who runs them; each target's `## ...` comment is its line.
 FOR_LEARNERS := lab workspace fresh test
 FOR_TEACHERS := teacher classroom student-copy test-classroom measure

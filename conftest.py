@@ -18,7 +18,6 @@ os.environ["LESSONS_DEVICE"] = "cpu"
 os.environ["LESSONS_WIDGETS"] = "text"
 
 
-
 def pytest_configure(config):
     """Run every notebook cell under the rules of real accelerators (tests/plugins/)."""
     config.pluginmanager.import_plugin("tests.plugins.accelerator_rules_plugin")
@@ -48,3 +47,18 @@ def _run_order(item) -> tuple[int, float]:
 def pytest_collection_modifyitems(items):
     """Order the files longest first (tests/schedule.json); the order inside each file is kept."""
     items.sort(key=_run_order)  # a stable sort
+
+
+def pytest_ignore_collect(collection_path, config):
+    """Leave notebook 08 and its lab to tests/e2e/test_offline.py when this run includes it and it
+    can cut the network: it runs their nbval tests inside a network namespace, so they run once."""
+    from tests.e2e.network_cut import INSIDE, OFFLINE_NOTEBOOKS, ROOT, can_cut_the_network
+
+    if collection_path.suffix != ".ipynb" or os.environ.get(INSIDE):
+        return None
+    if str(collection_path.relative_to(ROOT)) not in OFFLINE_NOTEBOOKS:
+        return None
+    offline_test = ROOT / "tests" / "e2e" / "test_offline.py"
+    included = any(offline_test.is_relative_to(Path(arg.split("::")[0]).resolve())
+                   for arg in config.args)
+    return True if included and can_cut_the_network() else None
