@@ -211,7 +211,8 @@ def problems(entry: dict) -> list[str]:
     if "\n" in entry.get("usual", "").strip() or "`" not in entry.get("usual", "`"):
         found.append("the usual fix is one line, with its code")
     if "check" in entry and not 1 <= len(fix_lines(entry["check"])) <= 15:
-        found.append(f"the check is one to fifteen short lines, not {len(fix_lines(entry['check']))}")
+        found.append("the check is one to fifteen short lines, not "
+                     f"{len(fix_lines(entry['check']))}")
     if "```" in entry.get("check", ""):
         found.append("the check is code already, without a fence")
     listed_texts = entry.get("messages", []) + entry.get("older_wordings", [])
@@ -233,9 +234,9 @@ def problems(entry: dict) -> list[str]:
 #: The opening of every entry's library route: which code it is decides whether to edit it.
 LIBRARY_SPLIT = (
     "First, whose code is it? An installed package (its path in the traceback is under\n"
-    "`site-packages`): never edit it; pass its own device argument, update it, or pin a version.\n"
-    "Code you cloned or forked (a git clone, a Mac fork, a ComfyUI node in `custom_nodes/`): it is\n"
-    "yours, so edit the failing line as the causes below show.")
+    "`site-packages`): never edit it; pass its own device argument, update it, or pin a\n"
+    "version. Code you cloned or forked (a git clone, a Mac fork, a ComfyUI node in\n"
+    "`custom_nodes/`): it is yours, so edit the failing line as the causes below show.")
 
 
 def _cause_lines(number: int, cause: dict) -> list[str]:

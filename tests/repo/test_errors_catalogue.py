@@ -728,8 +728,9 @@ def test_the_same_device_entry_reads_the_two_devices_by_one_rule_in_its_first_li
                      same["older_note"], same["footnote"]])
     assert "the batch or the target was not moved: causes 1-2" not in said
     assert "on the CPU: the batch was not moved" not in said
-    assert "`cpu and cuda:0 ... argument mat1 ...\nwrapper_CUDA_addmm` means the layer is on the CPU" in (
-        same["footnote"])
+    reading = ("`cpu and cuda:0 ... argument mat1 ...\nwrapper_CUDA_addmm` means the layer is on "
+               "the CPU")
+    assert reading in same["footnote"]
 
 
 def test_the_flux_trainer_report_and_the_library_route_name_the_block_swap():
@@ -750,7 +751,8 @@ def test_the_flux_trainer_report_and_the_library_route_name_the_block_swap():
 def test_every_library_route_opens_with_whose_code_it_is():
     split = build_errors.LIBRARY_SPLIT
     assert "`site-packages`): never edit it" in split
-    assert "cloned or forked" in split and "`custom_nodes/`" in split and "edit the failing line" in split
+    assert "cloned or forked" in split and "`custom_nodes/`" in split
+    assert "edit the failing line" in split
     for entry in ENTRIES:
         if entry.get("library", "").strip():
             page = build_errors.render([entry])
