@@ -210,8 +210,9 @@ def problems(entry: dict) -> list[str]:
                          f"{item['text'][:60]!r}")
     if "\n" in entry.get("usual", "").strip() or "`" not in entry.get("usual", "`"):
         found.append("the usual fix is one line, with its code")
-    if "check" in entry and not 1 <= len(fix_lines(entry["check"])) <= 3:
-        found.append(f"the check is one to three lines, not {len(fix_lines(entry['check']))}")
+    if "check" in entry and not 1 <= len(fix_lines(entry["check"])) <= 15:
+        found.append("the check is one to fifteen short lines, not "
+                     f"{len(fix_lines(entry['check']))}")
     if "```" in entry.get("check", ""):
         found.append("the check is code already, without a fence")
     listed_texts = entry.get("messages", []) + entry.get("older_wordings", [])
@@ -228,6 +229,14 @@ def problems(entry: dict) -> list[str]:
         if "..." in text or "\u2026" in text:
             found.append(f"an ellipsis in a fix: {text.strip()[:60]!r}")
     return found
+
+
+#: The opening of every entry's library route: which code it is decides whether to edit it.
+LIBRARY_SPLIT = (
+    "First, whose code is it? An installed package (its path in the traceback is under\n"
+    "`site-packages`): never edit it; pass its own device argument, update it, or pin a\n"
+    "version. Code you cloned or forked (a git clone, a Mac fork, a ComfyUI node in\n"
+    "`custom_nodes/`): it is yours, so edit the failing line as the causes below show.")
 
 
 def _cause_lines(number: int, cause: dict) -> list[str]:
@@ -316,7 +325,8 @@ def render(entries: list[dict]) -> str:
             lines += [entry["note"].strip(), ""]
         # Most reports come from inside a library: its route comes before the causes.
         if entry.get("library", "").strip():
-            lines += ["**When the failing line is in a library**", "", entry["library"].strip(), ""]
+            lines += ["**When the failing line is in a library**", "", LIBRARY_SPLIT, "",
+                      entry["library"].strip(), ""]
         own = "cause" in entry
         lines.append("**Most likely causes, and the fix for each**" if own else
                      "**Most likely causes**")

@@ -440,7 +440,7 @@ def test_the_triage_of_the_two_entries_with_a_check_is_followed_by_code_that_run
 @pytest.mark.parametrize(("entry", "complaint"), [
     ({"cause": [GOOD_CAUSE], "triage": "a -> cause 1.\nb -> cause 2."}, "the triage is one line"),
     ({"cause": [GOOD_CAUSE], "triage": ["a -> cause 1.", "b ->\ncause 2."]}, "one-line branches"),
-    ({"cause": [GOOD_CAUSE], "check": "a = 1\nb = 2\nc = 3\nd = 4\n"}, "one to three lines"),
+    ({"cause": [GOOD_CAUSE], "check": "a = 1\n" * 16}, "one to fifteen short lines"),
     ({"cause": [GOOD_CAUSE], "check": "```python\nx = 1\n```"}, "without a fence"),
     ({"cause": [GOOD_CAUSE], "check": "print(model(...))"}, "an ellipsis"),
 ])
@@ -713,3 +713,67 @@ def test_the_same_device_triage_routes_by_where_the_traceback_ends_and_links_eac
     assert split.split("\n\n", 2)[1].startswith("A model split over GPUs")
     cause5 = page[page.index('<a id="same-device-cause-5"></a>'):]
     assert cause5.split("\n\n", 2)[1].startswith("5. Optimizer state")
+
+
+def test_the_same_device_entry_reads_the_two_devices_by_one_rule_in_its_first_line():
+    """PyTorch names the first argument on another device than the operation's first tensor
+    (adaption.h, adaption.cpp); for addmm that first tensor is a linear layer's bias. So the named
+    argument is not always the misplaced tensor: the device that is not yours says which is."""
+    (same,) = [e for e in ENTRIES if e["id"] == "same-device"]
+    usual = same["usual"]
+    assert "the one that is not yours is where it sits" in usual
+    assert "`but got X is on A, different from other tensors on B` puts argument X on A" in usual
+    assert "puts X on B and the operation's first tensor on A" in usual
+    said = " ".join([*build_errors.triage(same), *build_errors.more(same),
+                     same["older_note"], same["footnote"]])
+    assert "the batch or the target was not moved: causes 1-2" not in said
+    assert "on the CPU: the batch was not moved" not in said
+    reading = ("`cpu and cuda:0 ... argument mat1 ...\nwrapper_CUDA_addmm` means the layer is on "
+               "the CPU")
+    assert reading in same["footnote"]
+
+
+def test_the_flux_trainer_report_and_the_library_route_name_the_block_swap():
+    """`cpu and cuda:0 ... argument mat1 ... wrapper_CUDA_addmm`: the bias (checked first) on the
+    CPU, the input on cuda:0: blocks left on the CPU by the node's blocks_to_swap, not the input."""
+    report = REPORTS["https://github.com/kijai/ComfyUI-FluxTrainer/issues/116"]
+    assert "blocks_to_swap" in report["cause"] and "blocks_to_swap = 0" in report["fix"]
+    assert "Move the input" not in report["fix"]
+    (same,) = [e for e in ENTRIES if e["id"] == "same-device"]
+    library = same["library"]
+    assert "`blocks_to_swap = 0`" in library
+    for thread in ("Comfy-Org/ComfyUI/issues/5336", "ComfyUI-FluxTrainer/issues/124",
+                   "ComfyUI-FluxTrainer/issues/159"):
+        assert thread in library, thread
+    assert any("later stage" in b and "hhmarl_2D/issues/12" in b for b in build_errors.more(same))
+
+
+def test_every_library_route_opens_with_whose_code_it_is():
+    split = build_errors.LIBRARY_SPLIT
+    assert "`site-packages`): never edit it" in split
+    assert "cloned or forked" in split and "`custom_nodes/`" in split
+    assert "edit the failing line" in split
+    for entry in ENTRIES:
+        if entry.get("library", "").strip():
+            page = build_errors.render([entry])
+            assert f"**When the failing line is in a library**\n\n{split}\n\n" in page, entry["id"]
+
+
+def test_the_weights_only_route_for_an_app_uses_what_torch_load_reads():
+    import torch.serialization
+    source = Path(torch.serialization.__file__).read_text()
+    assert 'os.getenv("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"' in source
+    assert "can only override if callsite did not explicitly set weights_only" in source
+    (entry,) = [e for e in ENTRIES if e["id"] == "weights-only"]
+    library = entry["library"]
+    assert "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1" in library and "every file the app loads" in library
+    assert "-m pip install -U ultralytics" in library and "app's own Python" in library
+    assert "around the library's own call" not in entry["cause"][1]["why"]
+
+
+def test_the_resume_cause_keeps_the_order_first_and_names_the_package_from_the_traceback():
+    (same,) = [e for e in ENTRIES if e["id"] == "same-device"]
+    why = same["cause"][4]["why"]
+    assert "build the optimizer from the moved model, then load" in why
+    assert "pytorch_optimizer/optimizer/prodigy.py" in why
+    assert "Prodigy-plus-schedule-free fixed it" not in why
