@@ -13,6 +13,9 @@ The estimate is a plain sum over what a reader meets, with these constants:
   changes nothing.
 - quizzes (code cells starting ``utils.quiz(``, whose source is collapsed): ``SECONDS_PER_QUIZ``
   each, for reading the question, thinking and answering; their source is not counted.
+- predictions asked in prose (a markdown cell that asks, as :data:`tools.workspace.ASKS` finds
+  it: "**Predict, then run.**", "Predict what happens, ..."): the same pause as a quiz, once per
+  question (a quiz right after its question is that question's pause; its words still count).
 - the generated badge/navigation cells (tags ``nav-header``, ``nav-footer``) count nothing.
 
 The *main flow* is what a first read meets with every collapsible part closed. It leaves out:
@@ -42,6 +45,9 @@ here to 180 and 11. Every notebook's estimate is then within 11% of its readers'
 first reader matches it to the prose, runs it and reads what it printed. The fit, its residuals
 and the earlier constants (150 words a minute, 5 s a line: 30% optimistic) are in
 docs/runs.md ("Reading times"); refit there when a new round of readers reports minutes.
+Predictions asked in prose count since the round of 2026-12-02: its readers paused at each one
+as at a quiz, and 08, with eight and no quiz, took them 36 minutes against an estimate of 28
+that left them out (docs/runs.md).
 
 Used by tools/build_nav.py (the README table's "Read" column) and tests/repo/test_reading_time.py.
 """
@@ -56,6 +62,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tools import lessons
+from tools.workspace import ASKS
 
 WORDS_PER_MINUTE = 180
 SECONDS_PER_CODE_LINE = 11
@@ -77,13 +84,14 @@ _DETAILS_PARTS = re.compile(
 
 @dataclass(frozen=True)
 class Tally:
-    """What a reader meets: prose words, code lines, outputs, figures, quizzes."""
+    """What a reader meets: prose words, code lines, outputs, figures, quizzes, predictions."""
 
     words: int = 0
     code_lines: int = 0
     outputs: int = 0
     figures: int = 0
     quizzes: int = 0
+    predictions: int = 0
 
     def __add__(self, other: Tally) -> Tally:
         return Tally(
@@ -92,6 +100,7 @@ class Tally:
             self.outputs + other.outputs,
             self.figures + other.figures,
             self.quizzes + other.quizzes,
+            self.predictions + other.predictions,
         )
 
     @property
@@ -102,7 +111,7 @@ class Tally:
             + self.code_lines * SECONDS_PER_CODE_LINE
             + self.outputs * SECONDS_PER_OUTPUT
             + self.figures * SECONDS_PER_FIGURE
-            + self.quizzes * SECONDS_PER_QUIZ
+            + (self.quizzes + self.predictions) * SECONDS_PER_QUIZ
         )
 
     @property
@@ -231,8 +240,13 @@ def _cell(cell: dict) -> tuple[Tally, Tally]:
 def estimate_cells(cells: list[dict]) -> Estimate:
     """Return the reading-time ``Estimate`` of a list of notebook cells (nbformat 4 dicts)."""
     main, everything = Tally(), Tally()
-    for cell, tags, _source, folded in walk(cells):
+    walked = list(walk(cells))
+    for index, (cell, tags, source, folded) in enumerate(walked):
         shown, collapsed = _cell(cell)
+        following = walked[index + 1][2] if index + 1 < len(walked) else ""
+        if (cell.get("cell_type") == "markdown" and ASKS.search(_split_details(source)[0])
+                and not following.lstrip().startswith("utils.quiz(")):
+            shown += Tally(predictions=1)
         everything += shown + collapsed
         if not folded and not tags & OPTIONAL_TAGS:
             main += shown

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import nbformat
 import pytest
 
@@ -80,6 +82,21 @@ def test_a_quiz_costs_one_quiz_and_its_collapsed_answer_key_is_not_read():
     result = estimate_cells([quiz])
     assert result.main == result.all == Tally(quizzes=1)
     assert result.main.seconds == reading_time.SECONDS_PER_QUIZ
+
+
+def test_a_prediction_asked_in_prose_costs_a_quizs_pause_once():
+    asked = markdown("**Predict, then run.** Where is `t` now?")
+    answer = code("print(t.device)", outputs=1)
+    pause = reading_time.SECONDS_PER_QUIZ
+    alone = estimate_cells([asked, answer]).main
+    assert alone.predictions == 1
+    assert alone.seconds == dataclasses.replace(alone, predictions=0).seconds + pause
+    quiz = code('utils.quiz("Where?", ["cpu", "meta"], answer="cpu")', outputs=1)
+    assert estimate_cells([asked, quiz, answer]).main.predictions == 0  # the quiz is its pause
+    assert estimate_cells([markdown("- Predict where a tensor is, then check it.")]).main \
+        == Tally(words=8)  # a learning goal asks nothing
+    folded = markdown("<details><summary>Why</summary>\n\nPredict what happens.\n</details>")
+    assert estimate_cells([folded]).main.predictions == 0
 
 
 def test_generated_navigation_and_badge_cells_count_nothing():
