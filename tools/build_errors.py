@@ -128,7 +128,7 @@ def usual_label(entry: dict) -> str:
 #: The keys docs/errors.toml's header describes, for an entry and for one of its causes.
 ENTRY_KEYS = {"id", "title", "messages", "usual", "triage", "check", "note", "cause",
               "causes", "fix", "footnote", "where", "symptom", "older_wordings", "older_note",
-              "quoted", "library", "match", "unless", "more", "look_for"}
+              "quoted", "library", "match", "unless", "more", "look_for", "reading"}
 CAUSE_KEYS = {"why", "fix", "lang"}
 LOOK_FOR_KEYS = {"text", "when", "at", "label"}
 
@@ -231,12 +231,27 @@ def problems(entry: dict) -> list[str]:
     return found
 
 
-#: The opening of every entry's library route: which code it is decides whether to edit it.
-LIBRARY_SPLIT = (
-    "First, whose code is it? An installed package (its path in the traceback is under\n"
-    "`site-packages`): never edit it; pass its own device argument, update it, or pin a\n"
-    "version. Code you cloned or forked (a git clone, a Mac fork, a ComfyUI node in\n"
-    "`custom_nodes/`): it is yours, so edit the failing line as the causes below show.")
+#: The opening of every entry's library route: one line that links to the page's rule (installed
+#: package or cloned code), said once at the top of the page.
+LIBRARY_SPLIT = ("[Whose code?](#in-a-library) Installed (`site-packages`): never edit it; "
+                 "cloned: edit it.")
+
+#: Anchors of the page itself, above the first entry (every other anchor is inside an entry).
+PAGE_ANCHORS = {"in-a-library"}
+
+#: The rule itself, at the top of the page (anchor ``in-a-library``).
+LIBRARY_RULE = [
+    '<a id="in-a-library"></a>',
+    "",
+    "**When the failing line is in a library**, first tell whose code it is. An installed package",
+    "(its path in the traceback is under `site-packages`, from `pip` or `conda`): never edit it;",
+    "pass its own device argument by keyword, use its documented fix, update it or pin a version,",
+    "and for a file you trust, allow its globals the documented way",
+    "(`torch.serialization.safe_globals`). Code you cloned, forked or copied (a research",
+    "repository, a Mac fork, a ComfyUI node in `custom_nodes/`, an old notebook): it is yours now,",
+    "and editing it is the fix: edit the failing line as the entry's causes show. Each entry's",
+    "library section opens with a one-line reminder of this and links here.",
+]
 
 
 def _cause_lines(number: int, cause: dict) -> list[str]:
@@ -279,15 +294,11 @@ def render(entries: list[dict]) -> str:
         "(`deserialize`, `SparseMPS`, `Placeholder`, `float64`, `meta`). Older wordings are",
         "listed under the current one. The messages were printed by the notebooks' cells or, for",
         "what only a GPU shows, on a real GPU ([docs/gpu-verification.md](gpu-verification.md));",
-        "each entry names the source of any other.",
+        "each entry names the source of any other. Versions: this course pins torch 2.13, a",
+        "released version (`requirements.txt`); Colab has 2.11, the oldest the course supports.",
+        "Where an entry says \"torch 2.13\", it means that pin.",
         "",
-        "**When the failing line is in a library**, first tell which code it is. An",
-        "installed package (a path under `site-packages`, from `pip` or `conda`): never edit it;",
-        "pass its own device argument by keyword, use its documented fix, update or pin it, and",
-        "for a file you trust, allow its globals the documented way",
-        "(`torch.serialization.safe_globals`). Code you cloned or copied (a research repository,",
-        "an old notebook, a fork): it is yours now, and editing it is the fix. The entries say",
-        "which applies.",
+        *LIBRARY_RULE,
     ]
     linked = _linked_causes(listed)
     for entry in listed:
@@ -301,6 +312,8 @@ def render(entries: list[dict]) -> str:
             lines += ["**First:**", "", *(f"- {branch}" for branch in branches), ""]
         if entry.get("check", "").strip():
             lines += ["```python", *entry["check"].strip().splitlines(), "```", ""]
+        if entry.get("reading", "").strip():  # below the first screen, above the messages
+            lines += [f'<a id="{entry["id"]}-reading"></a>', "", entry["reading"].strip(), ""]
         if entry.get("messages"):
             lines += ["```text", *entry["messages"], "```", ""]
         if entry.get("older_wordings"):

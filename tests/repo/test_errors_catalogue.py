@@ -238,8 +238,12 @@ def test_every_link_inside_the_page_points_to_an_entry_it_shows():
     defined = re.findall(r'^<a id="([a-z0-9-]+)"></a>$', page, re.MULTILINE)
     assert len(defined) == len(set(defined)), "each anchor once"
     inside = {name for name in defined if any(name.startswith(f"{id_}-") for id_ in shown)}
-    assert targets and not targets - shown - inside, (
-        f"links to entries not shown: {targets - shown - inside}")
+    page_anchors = build_errors.PAGE_ANCHORS
+    assert page_anchors <= set(defined)
+    first_entry_at = page.index(f'<a id="{ENTRIES[0]["id"]}"></a>')
+    assert all(page.index(f'<a id="{name}"></a>') < first_entry_at for name in page_anchors)
+    assert targets and not targets - shown - inside - page_anchors, (
+        f"links to entries not shown: {targets - shown - inside - page_anchors}")
     for name in inside:  # the anchor is inside its own entry
         owner = max((id_ for id_ in shown if name.startswith(f"{id_}-")), key=len)
         entry_at = page.index(f'<a id="{owner}"></a>')
@@ -517,7 +521,7 @@ def test_resuming_failures_are_found_from_a_search_for_resum():
 
 def test_the_page_tells_a_reader_to_search_a_distinctive_word_and_lists_the_user_variants():
     page = build_errors.render(ENTRIES)
-    head = page[:page.index("<a id=")]  # the top of the page, above the first entry
+    head = page[:page.index(f'<a id="{ENTRIES[0]["id"]}"></a>')]  # above the first entry
     assert all(word in head for word in ("`deserialize`", "`SparseMPS`", "`Placeholder`"))
     assert "attempts to deserialize" in page and "wrapper_CUDA_gather" in page
 
@@ -562,7 +566,7 @@ def test_the_sparse_mps_entry_says_what_pytorch_supports_now():
 
 def test_the_page_tells_an_installed_package_from_code_you_cloned_and_says_search_ignores_case():
     page = (lessons.ROOT / "docs" / "errors.md").read_text(encoding="utf-8")
-    top = page[:page.index("<a id=")]  # the top of the page, above the first entry
+    top = page[:page.index(f'<a id="{ENTRIES[0]["id"]}"></a>')]  # above the first entry
     assert "site-packages" in top and "never edit it" in top
     assert "cloned" in top and "editing it is the fix" in top
     assert "ignores case" in top
@@ -722,8 +726,19 @@ def test_the_same_device_entry_reads_the_two_devices_by_one_rule_in_its_first_li
     (same,) = [e for e in ENTRIES if e["id"] == "same-device"]
     usual = same["usual"]
     assert "the one that is not yours is where it sits" in usual
-    assert "`but got X is on A, different from other tensors on B` puts argument X on A" in usual
-    assert "puts X on B and the operation's first tensor on A" in usual
+    assert "](#same-device-reading)" in usual
+    # The rule per wording is a small table, just below the first screen (above the messages).
+    rows = {row.split(" | ")[0].strip("| "): row.split(" | ")[1]
+            for row in same["reading"].splitlines() if row.startswith("| `")}
+    assert rows["`but got X is on A, different from other tensors on B`"] == "A"
+    assert rows["`found at least two devices, A and B! (... argument X ...)`"] == "B"
+    assert "| the message reads | the named argument is on | usually misplaced |" in same["reading"]
+    page = build_errors.render([same])
+    assert (page.index("```python\nheld =") < page.index('<a id="same-device-reading"></a>')
+            < page.index("```text"))
+    mat2 = [b for b in build_errors.more(same) if b.startswith("Names `mat2`")]
+    assert mat2 and "addmm(bias, input, weight.t())" in mat2[0]
+    assert "matmul(input, weight.t())" in mat2[0] and "never moved" in mat2[0]
     said = " ".join([*build_errors.triage(same), *build_errors.more(same),
                      same["older_note"], same["footnote"]])
     assert "the batch or the target was not moved: causes 1-2" not in said
@@ -748,15 +763,23 @@ def test_the_flux_trainer_report_and_the_library_route_name_the_block_swap():
     assert any("later stage" in b and "hhmarl_2D/issues/12" in b for b in build_errors.more(same))
 
 
-def test_every_library_route_opens_with_whose_code_it_is():
+def test_every_library_route_opens_with_one_line_linking_to_the_rule_said_once_at_the_top():
+    """Installed package or cloned code: the rule is said once, at the top of the page; each
+    library section opens with one short line that links to it (not the paragraph again)."""
     split = build_errors.LIBRARY_SPLIT
-    assert "`site-packages`): never edit it" in split
-    assert "cloned or forked" in split and "`custom_nodes/`" in split
-    assert "edit the failing line" in split
+    assert "](#in-a-library)" in split and "\n" not in split and len(split) <= 100
+    assert "`site-packages`): never edit it" in split and "cloned: edit it" in split
+    page = (lessons.ROOT / "docs" / "errors.md").read_text(encoding="utf-8")
+    top = page[:page.index(f'<a id="{ENTRIES[0]["id"]}"></a>')]
+    rule = top[top.index('<a id="in-a-library"></a>'):]
+    assert "`site-packages`" in rule and "never edit it" in rule and "`custom_nodes/`" in rule
+    assert "edit the failing line" in rule
     for entry in ENTRIES:
         if entry.get("library", "").strip():
             page = build_errors.render([entry])
             assert f"**When the failing line is in a library**\n\n{split}\n\n" in page, entry["id"]
+            assert "do not edit its source" not in entry["library"] or "installed" in entry[
+                "library"], entry["id"]
 
 
 def test_the_weights_only_route_for_an_app_uses_what_torch_load_reads():
