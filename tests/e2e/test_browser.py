@@ -9,7 +9,9 @@ tests/screenshots/ (git-ignored).
 
 JupyterLab is started from this environment on 127.0.0.1, on a free port, with a random
 token, serving a *copy* of notebooks/ in a temporary folder: the tracked notebooks are
-never run or saved in place. The server is always stopped at the end.
+never run or saved in place. The server is always stopped at the end. The notebooks take
+turns on one kernel (the first one's), each joining it as "Select Kernel" would once the one
+before is closed and its widgets closed: torch is imported once, not once per notebook.
 
 Chromium is Debian's package (``apt-get install chromium``), driven by Playwright for
 Python through its ``executable_path``; Playwright's own browser download is not used.
