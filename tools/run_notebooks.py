@@ -37,6 +37,9 @@ def client(notebook: nbformat.NotebookNode, path: Path, timeout: int = 300) -> N
         kernel_name="python3",
         resources={"metadata": {"path": str(path.parent)}},
         record_timing=False,
+        # One stream output per name and cell: the kernel sends prints as its flush timer
+        # falls, so one print() could otherwise be stored split (a stray "\n" output).
+        coalesce_streams=True,
         # The kernel's own log (a transport warning per start) is noise here, as in
         # tools/measure_notebooks.py; the notebook's outputs are unaffected.
         extra_arguments=["--IPKernelApp.log_level=ERROR"],
