@@ -516,7 +516,7 @@ def test_resuming_failures_are_found_from_a_search_for_resum():
     (same,) = [e for e in ENTRIES if e["id"] == "same-device"]
     assert "third-party optimizer" in same["cause"][4]["why"]
     (resume,) = [e for e in ENTRIES if e["id"] == "resume-differs"]
-    assert any("(#same-device)" in b and "resum" in b for b in build_errors.triage(resume))
+    assert any("(#same-device-cause-5)" in b and "resum" in b for b in build_errors.triage(resume))
 
 
 def test_the_page_tells_a_reader_to_search_a_distinctive_word_and_lists_the_user_variants():
