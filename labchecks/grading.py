@@ -49,7 +49,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from labchecks.feedback import FAILED, PASSED, Feedback
+from labchecks.feedback import FAILED, PASSED, Feedback, NotAttempted, Verdict, not_attempted
 
 AUTOGRADING_VARIABLE = "NBGRADER_EXECUTION"
 AUTOGRADING_MODES = frozenset({"autograde", "validate"})
@@ -128,7 +128,7 @@ def graded(check: Callable[..., Feedback]) -> Callable[..., Feedback]:
                 if shown:  # a later, ungraded cell: the verdict as a learner reads it
                     return feedback
                 return GradedFeedback(feedback.exercise, feedback.status, feedback.message)
-        feedback = check(*args, **kwargs)
+        feedback = verdict_of(check, *args, **kwargs)
         if not autograding() or not isinstance(feedback, Feedback):
             return feedback
         if feedback.status != PASSED:
@@ -137,6 +137,24 @@ def graded(check: Callable[..., Feedback]) -> Callable[..., Feedback]:
 
     run.__wrapped_check__ = check
     return run
+
+
+def verdict_of(check: Callable[..., Feedback], *args, **kwargs) -> Feedback:
+    """``check(*args, **kwargs)``: what it returns, the Feedback a helper of it raised
+    (:func:`labchecks.feedback.stop_on`), or "not attempted" when the learner's code is still
+    the stub (:class:`~labchecks.feedback.NotAttempted`, raised by feedback.call)."""
+    try:
+        return check(*args, **kwargs)
+    except Verdict as verdict:
+        return verdict.feedback
+    except NotAttempted:
+        return not_attempted(exercise_of(check))
+
+
+def exercise_of(check: Callable) -> str:
+    """"Exercise 2" for a check whose docstring opens "Exercise 02.2: ..."; else its name."""
+    found = re.search(r"Exercise \d+\.(\d+)", check.__doc__ or "")
+    return f"Exercise {found[1]}" if found else check.__name__
 
 
 #: The line every kernel nbgrader starts runs first (tools/classroom.py's course config):
@@ -262,14 +280,12 @@ def _run_check(check_name: str, arguments: Callable[[], tuple]) -> Feedback:
         return Feedback(check_name, FAILED, explain(error))
     record = _visible_verdicts()
     key = _key(check_name, args, kwargs)
-    # "Exercise 02.2: ..." opens each check's docstring: name the exercise as the check does.
-    found = re.search(r"Exercise \d+\.(\d+)", check.__doc__ or "")
-    exercise = f"Exercise {found[1]}" if found else check_name
+    exercise = exercise_of(check)
     record[key] = [Feedback(exercise, FAILED, TOO_SLOW.format(seconds=CHECK_TIME_LIMIT_S)),
                    False]
     try:
         with learner_output_silenced(), time_limit(CHECK_TIME_LIMIT_S):
-            feedback = check(*args, **kwargs)
+            feedback = verdict_of(check, *args, **kwargs)
     except TooSlow:
         feedback = record[key][0]
     except KeyboardInterrupt:  # nbgrader's own cell timeout interrupted the kernel

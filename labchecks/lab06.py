@@ -28,8 +28,10 @@ from labchecks.feedback import (
     attempt,
     explain,
     first_line,
+    given,
     loaded_unsafely,
     recorded_loads,
+    stop_on,
     unsafe_load,
 )
 from labchecks.gpu_stand_in import STAND_IN_GPU, as_if_on_gpu
@@ -180,15 +182,11 @@ def check_resume(save_checkpoint: Callable, load_checkpoint: Callable,
         at_save = [(name, read(), how) for name, read, how in generators(device)]
         saved_model = {k: v.clone() for k, v in training[0].state_dict().items()}
         saved_lr = training[1].param_groups[0]["lr"]
-        _, problem = attempt(exercise, save_checkpoint, path, *training, stop)
-        if problem is not None:
-            return problem
+        given(attempt(exercise, save_checkpoint, path, *training, stop))
         if not os.path.exists(path):
             return Feedback(exercise, FAILED, f"save_checkpoint did not create {path!r}: save "
                                               "the checkpoint to the `path` it is given.")
-        problem = _survives_a_crash(exercise, save_checkpoint, path, training, stop)
-        if problem is not None:
-            return problem
+        stop_on(_survives_a_crash(exercise, save_checkpoint, path, training, stop))
         resumed = tiny_training(device, seed=99)  # a new process would start from other numbers
         _scramble_generators()
         with recorded_loads() as loads, _recorded_assign() as assigned:
@@ -438,9 +436,7 @@ def check_atomic_save(atomic_save: Callable, folder: str = "checkpoints") -> Fee
     path = os.path.join(folder, "lab06_atomic_check.pt")
     if os.path.exists(path):
         os.remove(path)
-    _, problem = attempt(exercise, atomic_save, {"version": 1}, path)
-    if problem is not None:
-        return problem
+    given(attempt(exercise, atomic_save, {"version": 1}, path))
     if not os.path.exists(path):
         return Feedback(exercise, FAILED, f"atomic_save did not create {path!r}.")
     before = set(os.listdir(folder))
@@ -451,12 +447,10 @@ def check_atomic_save(atomic_save: Callable, folder: str = "checkpoints") -> Fee
             pass  # expected: the crash reaches the caller
         except Exception as error:
             return Feedback(exercise, FAILED, f"while the disk fails: {explain(error)}")
-    problem = _still_version_1(exercise, path, "a crash in the middle of torch.save",
-                               "You wrote straight over the old checkpoint: write to a "
-                               "temporary file in the same folder, then os.replace() it onto "
-                               "the final name.")
-    if problem is not None:
-        return problem
+    stop_on(_still_version_1(exercise, path, "a crash in the middle of torch.save",
+                             "You wrote straight over the old checkpoint: write to a "
+                             "temporary file in the same folder, then os.replace() it onto "
+                             "the final name."))
     leftovers = set(os.listdir(folder)) - before
     for name in leftovers:
         os.remove(os.path.join(folder, name))
@@ -494,9 +488,7 @@ def check_atomic_save(atomic_save: Callable, folder: str = "checkpoints") -> Fee
     if arrived != {"version": 3}:
         return Feedback(exercise, FAILED, "after a successful save the file still holds the old "
                                           "checkpoint: did you forget os.replace()?")
-    problem = _temporary_elsewhere(exercise, seen, path)
-    if problem is not None:
-        return problem
+    stop_on(_temporary_elsewhere(exercise, seen, path))
     if any(_same_file(target, path) for target in seen["copy"]):
         return Feedback(exercise, FAILED, "atomic_save copies the temporary file onto `path`: a "
                                           "copy writes the final file byte by byte, and a crash "

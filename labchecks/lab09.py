@@ -30,7 +30,9 @@ from labchecks.feedback import (
     not_a_function,
     not_attempted,
     not_ready,
+    stop_on,
 )
+from labchecks.gpu_stand_in import OnMeta
 from labchecks.grading import graded
 from labchecks.processes import (
     ACCELERATOR_TOUCHES,
@@ -38,7 +40,6 @@ from labchecks.processes import (
     OTHER_CLUSTER_ENV,
     TOUCHES,
     Forbidden,
-    GpuTensors,
     as_device,
     device_index,
     fresh_model,
@@ -52,9 +53,10 @@ __all__ = ["FAILED", "NOT_ATTEMPTED", "PASSED", "Feedback", "check_rank_aware_lo
 # --- exercise 1: the device and the backend ----------------------------------------------------
 
 def _in_gpu_tensors(function: Callable, calls: list) -> Callable:
-    """``function`` run with :class:`GpuTensors` (a thread-local mode) in its own thread."""
+    """``function``, its GPU tensors made on meta and noted as ``("tensor", device)`` in
+    ``calls`` (:class:`OnMeta`, a thread-local mode, entered in the thread that runs it)."""
     def run(*args):
-        with GpuTensors(calls):
+        with OnMeta(lambda device, _: calls.append(("tensor", device))):
             return function(*args)
     return run
 
@@ -128,9 +130,7 @@ def _judge_on_gpus(exercise: str, setup_device: Callable, env: dict[str, str]) -
     with processes.gpu_machine(env) as calls:
         result, problem, _ = processes.attempt(exercise, _in_gpu_tensors(setup_device, calls))
     on_gpus = "on a machine with 4 GPUs"
-    problem = _setup_problem(exercise, calls, problem, "on a GPU machine")
-    if problem is not None:
-        return problem
+    stop_on(_setup_problem(exercise, calls, problem, "on a GPU machine"))
     pair = _as_pair(result)
     if pair is None:
         return Feedback(exercise, FAILED, f"setup_device() returned {result!r}; return a pair "
@@ -199,14 +199,10 @@ def check_setup_device(setup_device: Callable) -> Feedback:
     09_many_processes.
     """
     exercise = "Exercise 1"
-    problem = not_ready(exercise, setup_device)
-    if problem is not None:
-        return problem
+    stop_on(not_ready(exercise, setup_device))
     for env in (CLUSTER_ENV, OTHER_CLUSTER_ENV):
-        problem = _judge_on_gpus(exercise, setup_device, env)
-        if problem is not None:
-            return problem
-    with processes.machine_without_gpu() as calls:
+        stop_on(_judge_on_gpus(exercise, setup_device, env))
+    with processes.gpu_machine(gpus=0) as calls:
         result, problem, stopped = processes.attempt(exercise, setup_device)
     if stopped and any(name == "set_device" for name, _ in calls):
         return Feedback(exercise, FAILED,
@@ -214,9 +210,7 @@ def check_setup_device(setup_device: Callable) -> Feedback:
                         "fails there (there is no GPU to select): test "
                         "torch.cuda.is_available() first, and call set_device only when it is "
                         "true.")
-    problem = _setup_problem(exercise, calls, problem, "without a GPU")
-    if problem is not None:
-        return problem
+    stop_on(_setup_problem(exercise, calls, problem, "without a GPU"))
     no_gpu = "on a machine without a GPU setup_device() returned"
     pair = _as_pair(result)
     if pair is None:
@@ -367,17 +361,13 @@ def check_rank_aware_load(load_for_this_rank: Callable, folder: str = "scratch_l
     from utils.checkpoints import save_as_if_on
 
     exercise = "Exercise 2"
-    problem = not_a_function(exercise, load_for_this_rank)
-    if problem is not None:
-        return problem
+    stop_on(not_a_function(exercise, load_for_this_rank))
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, "start.pt")
     expected = fresh_model().state_dict()
     save_as_if_on({"model": expected, "epoch": 3}, path, "cuda:0")
     for env in (CLUSTER_ENV, OTHER_CLUSTER_ENV):
-        problem = _judge_gpu_load(exercise, load_for_this_rank, path, env)
-        if problem is not None:
-            return problem
+        stop_on(_judge_gpu_load(exercise, load_for_this_rank, path, env))
     with mock.patch.dict(os.environ, CLUSTER_ENV):  # launched by torchrun, here too
         loaded, problem, _ = processes.attempt(exercise, load_for_this_rank, path,
                                                torch.device("cpu"))
@@ -459,9 +449,7 @@ def check_save_on_rank_zero(save_on_rank_zero: Callable,
     Introduced in lab 09_many_processes.
     """
     exercise = "Exercise 3"
-    problem = not_ready(exercise, save_on_rank_zero)
-    if problem is not None:
-        return problem
+    stop_on(not_ready(exercise, save_on_rank_zero))
     try:
         processes.renamed_source(save_on_rank_zero, "_candidate_0")
     except (OSError, TypeError, SyntaxError, IndexError, AttributeError):

@@ -25,9 +25,11 @@ from labchecks.feedback import (
     NOT_ATTEMPTED,
     PASSED,
     Feedback,
+    given,
     not_ready,
     refused_weights,
     state_dict_keys,
+    stop_on,
 )
 from labchecks.grading import graded
 from labchecks.processes import fresh_model
@@ -73,13 +75,9 @@ def check_bytes_per_gpu(bytes_per_gpu: Callable) -> Feedback:
     a float is fine. Introduced in lab 10_sharded_training.
     """
     exercise = "Exercise 1"
-    problem = not_ready(exercise, bytes_per_gpu)
-    if problem is not None:
-        return problem
+    stop_on(not_ready(exercise, bytes_per_gpu))
     for parameters, gpus, sharded in _SIZES:
-        answer, problem, _ = processes.attempt(exercise, bytes_per_gpu, parameters, gpus, sharded)
-        if problem is not None:
-            return problem
+        answer = given(processes.attempt(exercise, bytes_per_gpu, parameters, gpus, sharded))
         asked = f"bytes_per_gpu({parameters:_}, {gpus}, sharded={sharded})"
         if isinstance(answer, bool) or not isinstance(answer, (int, float)):
             return Feedback(exercise, FAILED, f"{asked} returned {answer!r}: return a number of "
@@ -162,12 +160,8 @@ def check_load_sharded(load_sharded: Callable, folder: str = "scratch_lab10") ->
     import warnings
 
     exercise = "Exercise 2"
-    problem = not_ready(exercise, load_sharded)
-    if problem is not None:
-        return problem
-    sharded, problem = _sharded_checkpoint(exercise, folder)
-    if problem is not None:
-        return problem
+    stop_on(not_ready(exercise, load_sharded))
+    sharded = given(_sharded_checkpoint(exercise, folder))
     expected = fresh_model().state_dict()
     torch.manual_seed(123)
     model = nn.Sequential(nn.Linear(6, 10), nn.ReLU(), nn.Linear(10, 3))  # other weights
@@ -248,12 +242,8 @@ def check_one_file(one_file: Callable, folder: str = "scratch_lab10") -> Feedbac
     import warnings
 
     exercise = "Exercise 3"
-    problem = not_ready(exercise, one_file)
-    if problem is not None:
-        return problem
-    sharded, problem = _sharded_checkpoint(exercise, folder)
-    if problem is not None:
-        return problem
+    stop_on(not_ready(exercise, one_file))
+    sharded = given(_sharded_checkpoint(exercise, folder))
     path = Path(folder) / "plain.pt"
     path.unlink(missing_ok=True)
     with warnings.catch_warnings():
