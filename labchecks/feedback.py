@@ -1,19 +1,12 @@
 """What every lab check shares: the Feedback it returns and how it runs the learner's code.
 
-A check takes the learner's function (or value), runs it on small real inputs, and
-returns a :class:`Feedback`, which a notebook displays as one short paragraph:
-
-- ``passed``: a short confirmation of the rule the learner just applied;
-- ``failed``: what happened, the misconception that explains it, and what to do;
-- ``not attempted``: the exercise still raises ``NotImplementedError``.
-
-One way to run the learner's code: :func:`call` (the result or the error, for a check to
-diagnose; :class:`NotAttempted` for the stub), or :func:`attempt` (a Feedback for anything
-that went wrong) and :func:`attempt_within` (with a time limit); :func:`given` ends the check
-with that Feedback. A misconception named by
-more than one lab has its message here (:func:`sets_own_device`, :func:`unsafe_load`).
-
-Introduced in lab 02_copy_pitfall.
+A check runs the learner's function on small real inputs and returns a :class:`Feedback`:
+passed (the rule just applied), failed (what happened, the misconception, what to do) or not
+attempted (still the stub). It runs the code with :func:`call` (the result or the error, to
+diagnose), :func:`attempt` (a Feedback for anything that went wrong) or :func:`attempt_within`
+(with a time limit); :func:`given` and :func:`stop_on` end the check with such a Feedback. A
+misconception named by more than one lab has its message here (:func:`sets_own_device`,
+:func:`unsafe_load`). Introduced in lab 02_copy_pitfall.
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
 """What a GPU machine would run, judged on any machine: the checks' stand-in for a GPU.
 
-A grader without a GPU never runs a branch such as ``batch.cuda() if
-torch.cuda.is_available() else batch.to(device)``, and a device argument of ``meta`` or
-``cpu`` cannot show an answer that drops the device's index (``device.type``, a bare
-'cuda'). :func:`as_if_on_gpu` runs the learner's code as a machine with two GPUs would,
-given :data:`STAND_IN_GPU` (cuda:1): ``torch.cuda.is_available()`` is True, whatever the code
-puts on a GPU lands on meta instead, and which GPU it named, each ``.cuda()`` and each
-synchronize are recorded. :func:`gpu_placement_problem` turns a run into a Feedback.
-
-Introduced in lab 02_copy_pitfall.
+A grader without a GPU never runs a branch such as ``batch.cuda() if torch.cuda.is_available()
+else batch.to(device)``, and a device of ``meta`` or ``cpu`` cannot show an answer that drops
+the device's index: :func:`as_if_on_gpu` runs the code as a machine with two GPUs would, and
+:func:`gpu_placement_problem` turns such a run into a Feedback. Introduced in lab 02_copy_pitfall.
 """
 
 from __future__ import annotations

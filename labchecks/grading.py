@@ -1,36 +1,22 @@
 """How a lab check behaves when nbgrader grades it, rather than a learner reading it.
 
-A learner working alone sees one friendly line: ✅ passed, ❌ the misconception, ⏳ not
-attempted. Under nbgrader, two things happen, and only the first decides a mark:
+A learner alone sees one friendly line: ✅ passed, ❌ the misconception, ⏳ not attempted.
+Under nbgrader two things happen, and only the first decides a mark:
 
-1. **The grader.** Each autograded test cell that ``tools/classroom.py`` writes into the
-   course's *source* notebook starts with a hidden part (nbgrader's ``### BEGIN HIDDEN
-   TESTS``): students never see it, and ``nbgrader autograde`` puts it back into every
-   submission, whatever the student did to the cell. It loads this file afresh from the
-   teacher's disk (so nothing a student rebinds in the kernel is used) and calls
-   :func:`grade`, which checks that the lab's check modules and IPython's output machinery
-   are the code on disk, runs the real check with the learner's output (stderr, warnings,
-   logging) kept out of the cell, prints the verdict wrapped at 90 columns, and shows the
-   cell's score as its value: ``1.0``, ``0.0``, or a part (``0.83`` for 5 of 6
-   predictions). nbgrader reads that value as the cell's points. Nothing in the grading
-   path asks an environment variable.
-2. **The visible line** (``checks.check_...(...)``, the cell the student sees). Under
-   nbgrader (``NBGRADER_EXECUTION`` is ``autograde`` or ``validate``, nbgrader's documented
-   signal) it returns the grader's verdict without running the check again, so the
-   learner's function runs once per check. Where no grader ran (a student pressing
-   *Validate*, which has no hidden tests), a check that is not passed raises
+1. **The grader.** Each autograded test cell that ``tools/classroom.py`` writes opens with a
+   hidden part (:func:`hidden_test`, which ``nbgrader autograde`` puts back into every
+   submission). It loads this file afresh from the teacher's disk and calls :func:`grade`:
+   is the code that grades the code on disk (labchecks/tamper.py)? Then the real check runs,
+   the learner's stderr kept out of the cell, and the cell's value is its score. Nothing in
+   the grading path asks an environment variable.
+2. **The visible line** (``checks.check_...(...)``). Under nbgrader (``NBGRADER_EXECUTION``
+   is ``autograde`` or ``validate``) it returns the grader's verdict without running the
+   learner's function again; where no grader ran (*Validate*), a check not passed raises
    :class:`CheckFailed`, so *Validate* shows what would lose points.
 
-3. **A cell nbgrader's timeout stops** (a loop that never ends in an answer cell) shows
-   :data:`CELL_TOO_SLOW` instead of a KeyboardInterrupt traceback, once
-   :func:`explain_cell_timeouts` has run in the kernel: the course configuration that
-   ``tools/classroom.py`` writes has every kernel nbgrader starts run it first
-   (:data:`KERNEL_SETUP`). Importing this module changes nothing.
-
-Each check is marked ``@graded`` where it is defined (``labchecks/labNN.py``). Whether the code
-that grades is the code on disk is labchecks/tamper.py's question, which the grader loads
-afresh from disk too. Introduced in docs/teaching.md (the classroom path); the trust model is
-in docs/teaching.md, "What grading protects".
+A cell nbgrader's timeout stops says why (:func:`explain_cell_timeouts`). Each check is marked
+``@graded`` where it is defined. Introduced in docs/teaching.md (the classroom path), where
+the trust model is too ("What grading protects"); importing this module changes nothing.
 """
 
 from __future__ import annotations

@@ -1,14 +1,10 @@
 """Checks for lab 04_cross_device_errors: make a small training script device-agnostic.
 
-Each check runs the learner's code on every device the lab has: the second device
-first, then the CPU (on a CPU-only machine meta and cpu, on a GPU machine cuda:0 and
-cpu). It audits what it built with :func:`utils.audit`, and names
-the device bug still present and the idea behind it. Meta stands in for a GPU only
-where it raises the same kind of error for real (``nn.Linear``, ``add``, ``mul``,
-``cross_entropy``, ``.numpy()``); the checks never rely on ``cpu @ meta`` or on
-convolutions, which meta lets through.
-
-Introduced in lab 04_cross_device_errors.
+Each check runs the learner's code on the second device, then the CPU (meta and cpu on a
+CPU-only machine), audits what it built with :func:`utils.audit` and names the device bug still
+there. Meta stands in for a GPU only where it raises the same error for real (``nn.Linear``,
+``add``, ``mul``, ``cross_entropy``, ``.numpy()``), never for ``cpu @ meta`` or convolutions,
+which meta lets through. Introduced in lab 04_cross_device_errors.
 """
 
 from __future__ import annotations
@@ -68,12 +64,12 @@ def _overridden(exercise: str, function: Callable, target: torch.device) -> Feed
                     "as it is.")
 
 
-def _audited(exercise: str, function: Callable, module: nn.Module,
-             target: torch.device) -> tuple[list, Feedback | None]:
-    """``utils.audit(module, target)``, and when it found something, the Feedback for a
-    function that sets its own device (:func:`_overridden`, the likelier cause), else None."""
+def _audited(exercise: str, function: Callable, module: nn.Module, target: torch.device) -> list:
+    """``utils.audit(module, target)``; when it found something and ``function`` sets its own
+    device (the likelier cause), the check ends with :func:`_overridden`'s Feedback."""
     left = audit(module, target)
-    return left, (_overridden(exercise, function, target) if left else None)
+    stop_on(_overridden(exercise, function, target) if left else None)
+    return left
 
 
 def _failed(exercise: str, error: BaseException, target: torch.device) -> Feedback:
@@ -344,9 +340,7 @@ def check_training_setup(build_training: Callable, device: torch.device | str,
             return Feedback(exercise, FAILED, "the model and the loss should both be "
                                               "nn.Modules: return the CrossEntropyLoss "
                                               "object, not a function.")
-        left, overridden = _audited(exercise, build_training, model, target)
-        if overridden is not None:
-            return overridden
+        left = _audited(exercise, build_training, model, target)
         if left:
             found = sorted({str(f.device) for f in left})
             if any(f.device.type != "cpu" for f in left):  # it arrived on the CPU
@@ -357,9 +351,7 @@ def check_training_setup(build_training: Callable, device: torch.device | str,
                             f"the model is still on {', '.join(found)}, not on "
                             f"{device_name(target)}. Call `model.to(device)`: Module.to "
                             "moves the model in place (no reassignment needed).")
-        weights, overridden = _audited(exercise, build_training, loss_fn, target)
-        if overridden is not None:
-            return overridden
+        weights = _audited(exercise, build_training, loss_fn, target)
         if weights:
             return Feedback(exercise, FAILED,
                             f"the loss's class weights are on {weights[0].device}, the model "
@@ -427,9 +419,7 @@ def check_train_step(train_step: Callable, device: torch.device | str,
         if _is_hard_coded(error) or _names_a_third_device(error, target):
             return _hard_coded(exercise, f"on {device_name(target)} train_step raised "
                                          f"{_said(error)}")
-        overridden = _overridden(exercise, train_step, target)
-        if _is_mismatch(error) and overridden is not None:
-            return overridden
+        stop_on(_overridden(exercise, train_step, target) if _is_mismatch(error) else None)
         if _is_mismatch(error):
             where = device_name(target)
             inputs_left = _step_fails(train_step, target, False, True)
@@ -457,9 +447,7 @@ def check_train_step(train_step: Callable, device: torch.device | str,
         if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
             return Feedback(exercise, FAILED, "return the loss, a tensor with one number "
                                               "(the skeleton's last line does).")
-        overridden = _overridden(exercise, train_step, target)
-        if loss.device != target and overridden is not None:
-            return overridden
+        stop_on(_overridden(exercise, train_step, target) if loss.device != target else None)
         if loss.device != target:
             return Feedback(exercise, FAILED, f"the loss is on {loss.device}, not on "
                                               f"{device_name(target)}.")
@@ -506,9 +494,7 @@ def check_predict(predict: Callable, device: torch.device | str,
         kept_state = torch.get_rng_state()
         array, error = call(predict, model, inputs, target)
         torch.set_rng_state(kept_state)
-        overridden = _overridden(exercise, predict, target)
-        if _is_mismatch(error) and overridden is not None:
-            return overridden
+        stop_on(_overridden(exercise, predict, target) if _is_mismatch(error) else None)
         if target.type == "meta" and isinstance(error, NotImplementedError):
             continue  # it reached .cpu(): a GPU would copy here, meta has no data to copy
         if _is_hard_coded(error) or _names_a_third_device(error, target):

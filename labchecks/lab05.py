@@ -1,11 +1,9 @@
 """Checks for lab 05_save_load_scenarios: load mystery checkpoints correctly and safely.
 
-Each check writes its own small checkpoint files (with weights the learner cannot see
-in advance) into ``folder``, runs the learner's loader on them while recording how
-``torch.load`` and ``load_state_dict`` were called, and compares what arrived with
-what was saved. Nothing here unpickles with ``weights_only=False``; the one "hostile"
-file a check writes asks for :func:`_leave_marker`, which only appends to
-:data:`MARKERS`, so a loader that runs pickled code is caught without harm.
+Each check writes its own checkpoint files into ``folder``, runs the learner's loader on them
+(recording how ``torch.load`` and ``load_state_dict`` were called) and compares what arrived
+with what was saved. The one "hostile" file asks for :func:`_leave_marker`, which only appends
+to :data:`MARKERS`: a loader that runs pickled code is caught without harm.
 """
 
 from __future__ import annotations
@@ -271,26 +269,19 @@ def _check_prefixed(exercise: str, loader: Callable, prefix: str, wrapper: str,
     state_calls = _instrument(model)
     with recorded_loads() as load_calls:
         returned, error = call(loader, path, model)
+    last = state_calls[-1] if state_calls else None  # the keys load_state_dict got, named
+    mistake = _prefix_mistake(last["keys"], expected, prefix, last["strict"]) if last else ""
     if error is not None:
-        if state_calls and isinstance(error, RuntimeError):
-            last = state_calls[-1]
-            mistake = _prefix_mistake(last["keys"], expected, prefix, last["strict"])
-            if mistake:
-                return Feedback(exercise, FAILED, mistake)
-        return Feedback(exercise, FAILED, explain(error))
+        return Feedback(exercise, FAILED, mistake if mistake and isinstance(error, RuntimeError)
+                        else explain(error))
     if loaded_unsafely(load_calls):
         return Feedback(exercise, FAILED, UNSAFE)
     wrong = [key for key, value in model.state_dict().items()
              if not torch.equal(value.detach().cpu(), saved[key])]
     if wrong:
-        if state_calls:
-            last = state_calls[-1]
-            mistake = _prefix_mistake(last["keys"], expected, prefix, last["strict"])
-            if mistake:
-                return Feedback(exercise, FAILED, mistake)
-        return Feedback(exercise, FAILED, f"after loading, {wrong} still differ from the saved "
-                                          "weights: load the stripped state dict into `model` "
-                                          "itself with model.load_state_dict().")
+        return Feedback(exercise, FAILED, mistake or f"after loading, {wrong} still differ from "
+                        "the saved weights: load the stripped state dict into `model` itself "
+                        "with model.load_state_dict().")
     if returned is not model:
         if returned is None:
             got = ("returned None: the weights are in `model`, but the function should hand "

@@ -1,13 +1,8 @@
 """Checks for lab 07_moving_data_fast: fewer copies, fewer waits, and what fits in memory.
 
-Exercise 1 runs the learner's training loop twice: on the CPU for its value (it must equal
-the slow loop's), and under :class:`utils.Ledger` on the second device (meta on a
-CPU-only machine, the GPU otherwise) for its traffic. Traffic is judged *per extra step*:
-the loop runs for 4 and for 8 steps, and the difference is what each step costs, so a
-one-time move before the loop and one read after it are free.
-(Each step must make no copy and no wait; the *bytes* of a one-time move may grow with the
-number of steps, for a loop that moves only the rows it will use.) Exercises 2 and 3 compare
-with :func:`utils.footprint`. Introduced in lab 07_moving_data_fast.
+Exercise 1 is judged on its value (on the CPU, against :func:`train_slow`) and on what each
+extra step costs on the second device (:mod:`labchecks.step_traffic`); exercises 2 and 3
+compare with :func:`utils.footprint`. Introduced in lab 07_moving_data_fast.
 """
 
 from __future__ import annotations

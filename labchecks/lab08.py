@@ -1,11 +1,8 @@
 """Checks for lab 08_libraries: devices in transformers, accelerate and safetensors.
 
-Each check builds its own tiny inputs (a two-layer GPT-2 from a config, a tokenizer's batch, a
-small safetensors file, a model with a tied weight) in ``folder``, runs the learner's function
-on them and names the misconception behind a wrong result: a batch moved by attribute, a split
-model moved with ``.to``, a meta model filled with ``to_empty``, a safetensors file loaded
-without ``device=``, shared tensors saved with ``save_file``. Nothing is downloaded; the
-libraries are imported when a check runs, not when ``labchecks`` is imported.
+Each check builds its own tiny inputs in ``folder`` (a two-layer GPT-2 from a config, a
+tokenizer's batch, a safetensors file, a model with a tied weight); nothing is downloaded, and
+the libraries are imported when a check runs, not when ``labchecks`` is imported.
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
 """Checks for lab 09_many_processes: fix a multi-process training script.
 
-Exercises 1 and 2 run in this process, on simulated machines (:mod:`labchecks.processes`):
-a GPU machine of a 2 x 4-GPU job, looked at as two of its processes (``LOCAL_RANK`` 1, then
-2, so that a number written where ``LOCAL_RANK`` belongs shows), then a machine without a
-GPU. A branch only a GPU machine runs is judged on the simulated one. Exercise 3 runs for
-real: the learner's function is copied into a worker script that ``torchrun`` starts on 2
-CPU processes, as two machines of one process each, and the check reads what they did.
-No exercise needs another to have run.
+Exercises 1 and 2 run in this process, on simulated machines (:mod:`labchecks.processes`): a
+GPU machine of a 2 x 4-GPU job seen as two of its processes, then a machine without a GPU.
+Exercise 3 runs for real, under torchrun, on 2 CPU processes. No exercise needs another.
 """
 
 from __future__ import annotations

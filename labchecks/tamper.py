@@ -1,15 +1,10 @@
 """Tamper detection for the teacher's grader: is the code that grades the code on disk?
 
-A learner's notebook runs in the same kernel as the grader, so its code could replace a
-check, the feedback that reports it, or IPython's machinery that shows a cell's value (the
-score nbgrader reads). :func:`tampering` lists what was replaced; labchecks/grading.py's
-:func:`~labchecks.grading.grade` gives 0 points and says "not graded" when the list is not
-empty. The grader loads this file afresh from the teacher's disk (never through
-``sys.modules``, which code in the notebook can change), so a replaced copy of this module
-cannot vouch for itself.
-
-Used by labchecks/grading.py only; the trust model is in docs/teaching.md, "What grading
-protects".
+A learner's notebook runs in the grader's kernel, so its code could replace a check, the
+feedback or IPython's machinery that shows the score. :func:`tampering` lists what was
+replaced, and labchecks/grading.py's :func:`~labchecks.grading.grade` then gives 0 points. The
+grader loads this file afresh from disk (never through ``sys.modules``), so a replaced copy
+cannot vouch for itself. The trust model is in docs/teaching.md, "What grading protects".
 """
 
 from __future__ import annotations
