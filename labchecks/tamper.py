@@ -32,8 +32,9 @@ def tampering() -> list[str]:
     checks = _here().parent  # the checks' package, and the utils package beside or above it
     roots = [checks, *(d for d in (checks.parent, checks.parent / "utils")
                        if d.name == "utils" and d.is_dir())]
-    names = [name for name, module in list(sys.modules.items()) if file_of(module) is not None
-             and any(file_of(module).is_relative_to(root) for root in roots)]
+    files = {name: file_of(module) for name, module in list(sys.modules.items())}
+    names = [name for name, file in files.items()
+             if file is not None and any(file.is_relative_to(root) for root in roots)]
     problems = []
     for name in names + [m for m in OUTPUT_MACHINERY if m in sys.modules]:
         problems += _module_changes(name)
@@ -66,6 +67,13 @@ def file_of(module) -> Path | None:
     path = getattr(module, "__file__", None)
     if not isinstance(path, str) or not path.endswith(".py"):
         return None
+    return _resolved(path)
+
+
+@functools.cache
+def _resolved(path: str) -> Path:
+    """``path`` with its links resolved, once per path: every module's file is asked for at
+    each grade (thousands with torch loaded), and resolving walks each part of the path."""
     return Path(path).resolve()
 
 
