@@ -1,18 +1,12 @@
 """What every lab check shares: the Feedback it returns and how it runs the learner's code.
 
-A check takes the learner's function (or value), runs it on small real inputs, and
-returns a :class:`Feedback`, which a notebook displays as one short paragraph:
-
-- ``passed``: a short confirmation of the rule the learner just applied;
-- ``failed``: what happened, the misconception that explains it, and what to do;
-- ``not attempted``: the exercise still raises ``NotImplementedError``.
-
-One way to run the learner's code: :func:`call` (the result or the error, for a check to
-diagnose; :class:`NotAttempted` for the stub), or :func:`attempt` (a Feedback for anything
-that went wrong) and :func:`attempt_within` (with a time limit). A misconception named by
-more than one lab has its message here (:func:`sets_own_device`, :func:`unsafe_load`).
-
-Introduced in lab 02_copy_pitfall.
+A check runs the learner's function on small real inputs and returns a :class:`Feedback`:
+passed (the rule just applied), failed (what happened, the misconception, what to do) or not
+attempted (still the stub). It runs the code with :func:`call` (the result or the error, to
+diagnose), :func:`attempt` (a Feedback for anything that went wrong) or :func:`attempt_within`
+(with a time limit); :func:`given` and :func:`stop_on` end the check with such a Feedback. A
+misconception named by more than one lab has its message here (:func:`sets_own_device`,
+:func:`unsafe_load`). Introduced in lab 02_copy_pitfall.
 """
 
 from __future__ import annotations
@@ -125,6 +119,31 @@ def not_ready(exercise: str, function: object) -> Feedback | None:
 class NotAttempted(Exception):
     """Raised by :func:`call` when the learner's code still raises the stub's bare
     ``NotImplementedError()``: a check catches it and returns :func:`not_attempted`."""
+
+
+class Verdict(BaseException):
+    """A check's Feedback, raised by a helper that has found it (:func:`stop_on`,
+    :func:`given`); :func:`labchecks.grading.graded` returns it as the check's verdict. A
+    BaseException, so that no ``except Exception`` on the way swallows it."""
+
+    def __init__(self, feedback: Feedback):
+        super().__init__(feedback.message)
+        self.feedback = feedback
+
+
+def stop_on(problem: Feedback | None) -> None:
+    """End the check with ``problem`` (raise :class:`Verdict`) when there is one: a check's
+    ``if problem is not None: return problem``. Introduced in lab 02_copy_pitfall."""
+    if problem is not None:
+        raise Verdict(problem)
+
+
+def given(outcome: tuple) -> object:
+    """The result of ``outcome``, :func:`attempt`'s ``(result, problem)`` (or a longer tuple
+    with the problem second), ending the check with the problem when there is one
+    (:func:`stop_on`). Introduced in lab 02_copy_pitfall."""
+    stop_on(outcome[1])
+    return outcome[0]
 
 
 def call(function: Callable, *args) -> tuple[object, Exception | None]:

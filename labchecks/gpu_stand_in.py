@@ -1,14 +1,9 @@
 """What a GPU machine would run, judged on any machine: the checks' stand-in for a GPU.
 
-A grader without a GPU never runs a branch such as ``batch.cuda() if
-torch.cuda.is_available() else batch.to(device)``, and a device argument of ``meta`` or
-``cpu`` cannot show an answer that drops the device's index (``device.type``, a bare
-'cuda'). :func:`as_if_on_gpu` runs the learner's code as a machine with two GPUs would,
-given :data:`STAND_IN_GPU` (cuda:1): ``torch.cuda.is_available()`` is True, whatever the code
-puts on a GPU lands on meta instead, and which GPU it named, each ``.cuda()`` and each
-synchronize are recorded. :func:`gpu_placement_problem` turns a run into a Feedback.
-
-Introduced in lab 02_copy_pitfall.
+A grader without a GPU never runs a branch such as ``batch.cuda() if torch.cuda.is_available()
+else batch.to(device)``, and a device of ``meta`` or ``cpu`` cannot show an answer that drops
+the device's index: :func:`as_if_on_gpu` runs the code as a machine with two GPUs would, and
+:func:`gpu_placement_problem` turns such a run into a Feedback. Introduced in lab 02_copy_pitfall.
 """
 
 from __future__ import annotations
@@ -40,6 +35,10 @@ class GpuRun:
     named: list[torch.device]
     cuda_calls: int = 0
     syncs: int = 0
+
+    def note(self, device: torch.device, by_cuda: bool) -> None:
+        self.named.append(device)
+        self.cuda_calls += by_cuda
 
     def elsewhere(self, asked: torch.device = STAND_IN_GPU) -> list[torch.device]:
         """The CUDA devices named that are not exactly ``asked``."""
@@ -77,13 +76,15 @@ def cuda_named(value: object) -> torch.device | None:
     return device if device is not None and device.type == "cuda" else None
 
 
-class _GpuStandIn(TorchFunctionMode):
-    """Sends every tensor the code puts on a CUDA device to meta instead, recording the
-    device it named (``.to``, ``.cuda()``, a factory's ``device=``); pinning is a no-op."""
+class OnMeta(TorchFunctionMode):
+    """Sends every tensor the code puts on a CUDA device (``.to``, ``.cuda()``, a factory's
+    ``device=``) to meta instead, calling ``noted(device, by_cuda)`` with the device it named
+    and whether ``.cuda()`` named it; pinning is a no-op. A thread-local mode: enter it in the
+    thread that runs the learner's code. Introduced in lab 02_copy_pitfall."""
 
-    def __init__(self, run: GpuRun) -> None:
+    def __init__(self, noted: Callable[[torch.device, bool], None]) -> None:
         super().__init__()
-        self.run = run
+        self.noted = noted
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = dict(kwargs or {})
@@ -96,7 +97,7 @@ class _GpuStandIn(TorchFunctionMode):
             except Exception:
                 return func(*args, **kwargs)
             if device is not None and device.type == "cuda":
-                self.run.named.append(device)
+                self.noted(device, False)
                 new = {"device": "meta", "non_blocking": non_blocking,
                        "copy": bool(kwargs.get("copy", False))}
                 if dtype is not None:
@@ -106,15 +107,14 @@ class _GpuStandIn(TorchFunctionMode):
                 return func(tensor, **new)
         elif name == "cuda" and tensor is not None:
             index = args[1] if len(args) > 1 else kwargs.get("device")
-            self.run.named.append(cuda_named(index) or torch.device("cuda"))
-            self.run.cuda_calls += 1
+            self.noted(cuda_named(index) or torch.device("cuda"), True)
             return tensor.to("meta")
         elif name == "pin_memory" and tensor is not None:
             return tensor
         elif name == "is_pinned" and tensor is not None:
             return True
         elif cuda_named(kwargs.get("device")) is not None:
-            self.run.named.append(cuda_named(kwargs["device"]))
+            self.noted(cuda_named(kwargs["device"]), False)
             kwargs["device"] = "meta"
         return func(*args, **kwargs)
 
@@ -185,7 +185,7 @@ def as_if_on_gpu() -> Iterator[GpuRun]:
         # ("copying ... to a meta parameter ... is a no-op"): show none of it.
         stack.enter_context(warnings.catch_warnings())
         warnings.simplefilter("ignore")
-        stack.enter_context(_GpuStandIn(run))
+        stack.enter_context(OnMeta(run.note))
         yield run
 
 

@@ -1,36 +1,22 @@
 """How a lab check behaves when nbgrader grades it, rather than a learner reading it.
 
-A learner working alone sees one friendly line: ✅ passed, ❌ the misconception, ⏳ not
-attempted. Under nbgrader, two things happen, and only the first decides a mark:
+A learner alone sees one friendly line: ✅ passed, ❌ the misconception, ⏳ not attempted.
+Under nbgrader two things happen, and only the first decides a mark:
 
-1. **The grader.** Each autograded test cell that ``tools/classroom.py`` writes into the
-   course's *source* notebook starts with a hidden part (nbgrader's ``### BEGIN HIDDEN
-   TESTS``): students never see it, and ``nbgrader autograde`` puts it back into every
-   submission, whatever the student did to the cell. It loads this file afresh from the
-   teacher's disk (so nothing a student rebinds in the kernel is used) and calls
-   :func:`grade`, which checks that the lab's check modules and IPython's output machinery
-   are the code on disk, runs the real check with the learner's output (stderr, warnings,
-   logging) kept out of the cell, prints the verdict wrapped at 90 columns, and shows the
-   cell's score as its value: ``1.0``, ``0.0``, or a part (``0.83`` for 5 of 6
-   predictions). nbgrader reads that value as the cell's points. Nothing in the grading
-   path asks an environment variable.
-2. **The visible line** (``checks.check_...(...)``, the cell the student sees). Under
-   nbgrader (``NBGRADER_EXECUTION`` is ``autograde`` or ``validate``, nbgrader's documented
-   signal) it returns the grader's verdict without running the check again, so the
-   learner's function runs once per check. Where no grader ran (a student pressing
-   *Validate*, which has no hidden tests), a check that is not passed raises
+1. **The grader.** Each autograded test cell that ``tools/classroom.py`` writes opens with a
+   hidden part (:func:`hidden_test`, which ``nbgrader autograde`` puts back into every
+   submission). It loads this file afresh from the teacher's disk and calls :func:`grade`:
+   is the code that grades the code on disk (labchecks/tamper.py)? Then the real check runs,
+   the learner's stderr kept out of the cell, and the cell's value is its score. Nothing in
+   the grading path asks an environment variable.
+2. **The visible line** (``checks.check_...(...)``). Under nbgrader (``NBGRADER_EXECUTION``
+   is ``autograde`` or ``validate``) it returns the grader's verdict without running the
+   learner's function again; where no grader ran (*Validate*), a check not passed raises
    :class:`CheckFailed`, so *Validate* shows what would lose points.
 
-3. **A cell nbgrader's timeout stops** (a loop that never ends in an answer cell) shows
-   :data:`CELL_TOO_SLOW` instead of a KeyboardInterrupt traceback, once
-   :func:`explain_cell_timeouts` has run in the kernel: the course configuration that
-   ``tools/classroom.py`` writes has every kernel nbgrader starts run it first
-   (:data:`KERNEL_SETUP`). Importing this module changes nothing.
-
-Each check is marked ``@graded`` where it is defined (``labchecks/labNN.py``). Whether the code
-that grades is the code on disk is labchecks/tamper.py's question, which the grader loads
-afresh from disk too. Introduced in docs/teaching.md (the classroom path); the trust model is
-in docs/teaching.md, "What grading protects".
+A cell nbgrader's timeout stops says why (:func:`explain_cell_timeouts`). Each check is marked
+``@graded`` where it is defined. Introduced in docs/teaching.md (the classroom path), where
+the trust model is too ("What grading protects"); importing this module changes nothing.
 """
 
 from __future__ import annotations
@@ -49,7 +35,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from labchecks.feedback import FAILED, PASSED, Feedback
+from labchecks.feedback import FAILED, PASSED, Feedback, NotAttempted, Verdict, not_attempted
 
 AUTOGRADING_VARIABLE = "NBGRADER_EXECUTION"
 AUTOGRADING_MODES = frozenset({"autograde", "validate"})
@@ -128,7 +114,7 @@ def graded(check: Callable[..., Feedback]) -> Callable[..., Feedback]:
                 if shown:  # a later, ungraded cell: the verdict as a learner reads it
                     return feedback
                 return GradedFeedback(feedback.exercise, feedback.status, feedback.message)
-        feedback = check(*args, **kwargs)
+        feedback = verdict_of(check, *args, **kwargs)
         if not autograding() or not isinstance(feedback, Feedback):
             return feedback
         if feedback.status != PASSED:
@@ -137,6 +123,24 @@ def graded(check: Callable[..., Feedback]) -> Callable[..., Feedback]:
 
     run.__wrapped_check__ = check
     return run
+
+
+def verdict_of(check: Callable[..., Feedback], *args, **kwargs) -> Feedback:
+    """``check(*args, **kwargs)``: what it returns, the Feedback a helper of it raised
+    (:func:`labchecks.feedback.stop_on`), or "not attempted" when the learner's code is still
+    the stub (:class:`~labchecks.feedback.NotAttempted`, raised by feedback.call)."""
+    try:
+        return check(*args, **kwargs)
+    except Verdict as verdict:
+        return verdict.feedback
+    except NotAttempted:
+        return not_attempted(exercise_of(check))
+
+
+def exercise_of(check: Callable) -> str:
+    """"Exercise 2" for a check whose docstring opens "Exercise 02.2: ..."; else its name."""
+    found = re.search(r"Exercise \d+\.(\d+)", check.__doc__ or "")
+    return f"Exercise {found[1]}" if found else check.__name__
 
 
 #: The line every kernel nbgrader starts runs first (tools/classroom.py's course config):
@@ -262,14 +266,12 @@ def _run_check(check_name: str, arguments: Callable[[], tuple]) -> Feedback:
         return Feedback(check_name, FAILED, explain(error))
     record = _visible_verdicts()
     key = _key(check_name, args, kwargs)
-    # "Exercise 02.2: ..." opens each check's docstring: name the exercise as the check does.
-    found = re.search(r"Exercise \d+\.(\d+)", check.__doc__ or "")
-    exercise = f"Exercise {found[1]}" if found else check_name
+    exercise = exercise_of(check)
     record[key] = [Feedback(exercise, FAILED, TOO_SLOW.format(seconds=CHECK_TIME_LIMIT_S)),
                    False]
     try:
         with learner_output_silenced(), time_limit(CHECK_TIME_LIMIT_S):
-            feedback = check(*args, **kwargs)
+            feedback = verdict_of(check, *args, **kwargs)
     except TooSlow:
         feedback = record[key][0]
     except KeyboardInterrupt:  # nbgrader's own cell timeout interrupted the kernel

@@ -13,10 +13,12 @@ from labchecks.feedback import (
     Feedback,
     attempt,
     device_name,
+    given,
     moved_and_dropped,
     rebinds,
     recorded_to_calls,
     sets_own_device,
+    stop_on,
 )
 from labchecks.gpu_stand_in import STAND_IN_GPU, gpu_placement_problem
 from labchecks.grading import graded
@@ -30,9 +32,7 @@ def check_where_is_it_now(predict: Callable[[], str], other: torch.device) -> Fe
     ``predict()`` returns a device name. Introduced in lab 02_copy_pitfall.
     """
     exercise = "Exercise 1"
-    answer, problem = attempt(exercise, predict)
-    if problem is not None:
-        return problem
+    answer = given(attempt(exercise, predict))
     try:
         predicted = torch.device(str(answer).strip().lower())
     except RuntimeError:
@@ -77,9 +77,7 @@ def check_prepare(prepare: Callable, other: torch.device) -> Feedback:
     # A batch of class labels (int64) as well as one of features (float32): both are
     # dtypes every device supports (MPS has no float64).
     labels = torch.tensor([2, 0, 1, 1])
-    moved, problem = attempt(exercise, prepare, labels, other)
-    if problem is not None:
-        return problem
+    moved = given(attempt(exercise, prepare, labels, other))
     for before, after in ((batch, result), (labels, moved)):
         if not isinstance(after, torch.Tensor) or after.dtype != before.dtype:
             got = after.dtype if isinstance(after, torch.Tensor) else type(after).__name__
@@ -89,9 +87,7 @@ def check_prepare(prepare: Callable, other: torch.device) -> Feedback:
                             "`.to` converts the batch: `batch.to(device, torch.float32)` turns "
                             "class labels (int64) into floats. Move it, do not convert it: "
                             "`batch.to(device)` keeps each batch's own dtype.")
-    on_cpu, problem = attempt(exercise, prepare, batch, torch.device("cpu"))
-    if problem is not None:
-        return problem
+    on_cpu = given(attempt(exercise, prepare, batch, torch.device("cpu")))
     if not isinstance(on_cpu, torch.Tensor) or on_cpu.device.type != "cpu":
         if isinstance(on_cpu, torch.Tensor):
             return _prepare_not_there(exercise, prepare, batch, on_cpu, torch.device("cpu"), [])
@@ -99,17 +95,13 @@ def check_prepare(prepare: Callable, other: torch.device) -> Feedback:
                                           "use the `device` argument, not a device fixed in "
                                           "the function.")
     already_there = batch.to(other)
-    again, problem = attempt(exercise, prepare, already_there, other)
-    if problem is not None:
-        return problem
+    again = given(attempt(exercise, prepare, already_there, other))
     if again is not already_there or on_cpu is not batch:
         return Feedback(exercise, FAILED,
                         "when the batch is already on the device, prepare still made a new "
                         "tensor. Did you use copy=True, .clone() or zeros_like? Tensor.to returns "
                         "the tensor itself when nothing changes: no copy needed.")
-    problem = gpu_placement_problem(exercise, prepare, batch, STAND_IN_GPU)
-    if problem is not None:
-        return problem
+    stop_on(gpu_placement_problem(exercise, prepare, batch, STAND_IN_GPU))
     return Feedback(exercise, PASSED, "the batch arrives on the device, and a batch that is "
                                       "already there is passed through without a copy.")
 
@@ -187,9 +179,7 @@ def check_is_predictions(predict: Callable[[], dict]) -> Feedback:
     Introduced in lab 02_copy_pitfall.
     """
     exercise = "Exercise 3"
-    answers, problem = attempt(exercise, predict)
-    if problem is not None:
-        return problem
+    answers = given(attempt(exercise, predict))
     if not isinstance(answers, dict):
         return Feedback(exercise, FAILED, "return a dict: {expression: True or False}.")
     missing = [q for q in IS_QUESTIONS if answers.get(q) is None]
@@ -230,9 +220,7 @@ def check_model_and_optimizer(build: Callable, other: torch.device) -> Feedback:
     Introduced in lab 02_copy_pitfall.
     """
     exercise = "Exercise 4"
-    result, problem = attempt(exercise, build, other)
-    if problem is not None:
-        return problem
+    result = given(attempt(exercise, build, other))
     if not (isinstance(result, (tuple, list)) and len(result) == 2):  # a list is a pair too
         return Feedback(exercise, FAILED, "return a pair: (model, optimizer).")
     model, optimizer = result
@@ -281,9 +269,7 @@ def check_model_and_optimizer(build: Callable, other: torch.device) -> Feedback:
                         f"{len(owned)} parameters: {', '.join(left_out)} would never train "
                         "(the optimizer updates only what it was given). Give it them all: "
                         "torch.optim.Adagrad(model.parameters()).")
-    on_cpu, problem = attempt(exercise, build, torch.device("cpu"))
-    if problem is not None:
-        return problem
+    on_cpu = given(attempt(exercise, build, torch.device("cpu")))
     if (isinstance(on_cpu, tuple) and on_cpu and isinstance(on_cpu[0], nn.Module)
             and any(p.device.type != "cpu" for p in on_cpu[0].parameters())):
         found = sorted({str(p.device) for p in on_cpu[0].parameters()})
@@ -292,9 +278,7 @@ def check_model_and_optimizer(build: Callable, other: torch.device) -> Feedback:
         return Feedback(exercise, FAILED, f"asked for cpu, build put the model on "
                                           f"{', '.join(found)}: {fixed}. Use the `device` "
                                           "argument as it is.")
-    problem = gpu_placement_problem(exercise, build, STAND_IN_GPU)
-    if problem is not None:
-        return problem
+    stop_on(gpu_placement_problem(exercise, build, STAND_IN_GPU))
     return Feedback(exercise, PASSED, "model on the device, optimizer built after it: its "
                                       "parameters and its state are all where they belong.")
 
@@ -370,15 +354,11 @@ def check_trainable(make: Callable, other: torch.device) -> Feedback:
         return Feedback(exercise, FAILED, f"the weight is {result.dtype}, not float32: keep "
                                           "the dtype of `torch.tensor(values)` (a Mac's GPU "
                                           "has no float64).")
-    on_cpu, problem = attempt(exercise, make, list(values), torch.device("cpu"))
-    if problem is not None:
-        return problem
+    on_cpu = given(attempt(exercise, make, list(values), torch.device("cpu")))
     if not isinstance(on_cpu, torch.Tensor) or on_cpu.shape != (len(values),) or not \
             torch.equal(on_cpu.detach().to("cpu", torch.float32), torch.tensor(values)):
         return Feedback(exercise, FAILED, f"make_trainable({values}, 'cpu') did not return "
                                           "those values: start from `values`, not new numbers.")
-    problem = gpu_placement_problem(exercise, make, list(values), STAND_IN_GPU)
-    if problem is not None:
-        return problem
+    stop_on(gpu_placement_problem(exercise, make, list(values), STAND_IN_GPU))
     return Feedback(exercise, PASSED, "a leaf on the device that requires grad: backward() "
                                       "fills its .grad and an optimizer can train it.")

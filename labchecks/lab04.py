@@ -1,14 +1,10 @@
 """Checks for lab 04_cross_device_errors: make a small training script device-agnostic.
 
-Each check runs the learner's code on every device the lab has: the second device
-first, then the CPU (on a CPU-only machine meta and cpu, on a GPU machine cuda:0 and
-cpu). It audits what it built with :func:`utils.audit`, and names
-the device bug still present and the idea behind it. Meta stands in for a GPU only
-where it raises the same kind of error for real (``nn.Linear``, ``add``, ``mul``,
-``cross_entropy``, ``.numpy()``); the checks never rely on ``cpu @ meta`` or on
-convolutions, which meta lets through.
-
-Introduced in lab 04_cross_device_errors.
+Each check runs the learner's code on the second device, then the CPU (meta and cpu on a
+CPU-only machine), audits what it built with :func:`utils.audit` and names the device bug still
+there. Meta stands in for a GPU only where it raises the same error for real (``nn.Linear``,
+``add``, ``mul``, ``cross_entropy``, ``.numpy()``), never for ``cpu @ meta`` or convolutions,
+which meta lets through. Introduced in lab 04_cross_device_errors.
 """
 
 from __future__ import annotations
@@ -24,17 +20,16 @@ from labchecks.feedback import (
     FAILED,
     PASSED,
     Feedback,
-    NotAttempted,
     call,
     device_name,
     explain,
     first_line,
     not_a_function,
-    not_attempted,
     reads_outer_name,
     rebinds,
     seeded,
     sets_own_device,
+    stop_on,
 )
 from labchecks.gpu_stand_in import STAND_IN_GPU, gpu_placement_problem
 from labchecks.grading import graded
@@ -69,12 +64,12 @@ def _overridden(exercise: str, function: Callable, target: torch.device) -> Feed
                     "as it is.")
 
 
-def _audited(exercise: str, function: Callable, module: nn.Module,
-             target: torch.device) -> tuple[list, Feedback | None]:
-    """``utils.audit(module, target)``, and when it found something, the Feedback for a
-    function that sets its own device (:func:`_overridden`, the likelier cause), else None."""
+def _audited(exercise: str, function: Callable, module: nn.Module, target: torch.device) -> list:
+    """``utils.audit(module, target)``; when it found something and ``function`` sets its own
+    device (the likelier cause), the check ends with :func:`_overridden`'s Feedback."""
     left = audit(module, target)
-    return left, (_overridden(exercise, function, target) if left else None)
+    stop_on(_overridden(exercise, function, target) if left else None)
+    return left
 
 
 def _failed(exercise: str, error: BaseException, target: torch.device) -> Feedback:
@@ -235,83 +230,78 @@ def check_device_agnostic_model(build_model: Callable[[], nn.Module],
     Introduced in lab 04_cross_device_errors.
     """
     exercise = "Exercise 1"
-    problem = not_a_function(exercise, build_model)
-    if problem is not None:
-        return problem
-    try:
-        devices = _devices(device, other)
-        for target in devices:
-            model, error = call(build_model)
-            if error is not None:
-                return Feedback(exercise, FAILED, f"build_model(): {explain(error)}")
-            if not isinstance(model, nn.Module):
-                return Feedback(exercise, FAILED, f"build_model() returned "
-                                                  f"{type(model).__name__}: return Model().")
-            model.to(target)
-            messages = _audit_messages(model, target)
-            if messages:
-                return Feedback(exercise, FAILED, f"after model.to({str(target)!r}), "
-                                f"utils.audit found {len(messages)} problem(s). "
-                                + " ".join(messages))
-            trained = _trained_besides_layers(model)
-            if trained:
-                return Feedback(exercise, FAILED,
-                                f"`self.{trained[0]}` is an nn.Parameter that requires grad: "
-                                "Module.to moves it, but an optimizer given "
-                                "model.parameters() trains it, and the script's scale is fixed "
-                                "at 0.5. Register it as a buffer, which moves with the model "
-                                f"and is never trained: `self.register_buffer({trained[0]!r}, "
-                                "...)`.")
-        for target in devices:
-            model = build_model().to(target).train()
-            inputs = torch.randn(5, 4, device=target)
-            with Ledger() as ledger:
-                outputs, error = call(model, inputs)
-            if _is_hard_coded(error) or _names_a_third_device(error, target):
-                return _hard_coded(exercise, f"forward failed on {device_name(target)}: "
-                                             f"{_said(error)}")
-            if _is_mismatch(error) and reads_outer_name(build_model, "device"):
-                outer = getattr(build_model, "__globals__", {}).get("device")
-                value = f" (here {outer})" if outer is not None else ""
-                return Feedback(exercise, FAILED,
-                                f"the audit is clean, but forward fails on "
-                                f"{device_name(target)}: {_said(error)}. Inside forward, "
-                                f"`device=device` reads the notebook's variable{value}, not "
-                                "the device the model was moved to: the model does not know "
-                                "that name, and `model.to(...)` does not change it. Make the "
-                                "tensor where x is: `torch.randn_like(x)` or "
-                                "`device=x.device`.")
-            if _is_mismatch(error):
-                return Feedback(exercise, FAILED,
-                                f"the audit is clean, but forward fails on "
-                                f"{device_name(target)}: {_said(error)}. A tensor made inside "
-                                "forward without `device=` (like `torch.randn(x.shape)`) is "
-                                "born on the CPU, the default device, wherever x is; "
-                                "Module.to cannot move it, because it does not exist until "
-                                "forward runs. Make it where x is: `torch.randn_like(x)` or "
-                                "`torch.randn(x.shape, device=x.device)`.")
-            if error is not None:
-                return _failed(exercise, error, target)
-            if not isinstance(outputs, torch.Tensor) or outputs.shape != (5, 3):
-                return Feedback(exercise, FAILED, "forward should return the head's output, "
-                                                  "shape (batch, 3).")
-            if outputs.device != target:
-                return Feedback(exercise, FAILED, f"the output is on {outputs.device}, the "
-                                                  f"model on {device_name(target)}.")
-            copied = [c for c in ledger.copies if c.source.type == "cpu" and c.target == target]
-            if copied:
-                return Feedback(exercise, FAILED,
-                                f"forward runs on {device_name(target)}, but it makes a tensor "
-                                f"on the CPU and copies it there on every call "
-                                f"({copied[0].bytes} bytes each forward, e.g. "
-                                "`torch.randn(x.shape).to(x.device)`): one copy from main "
-                                "memory per training step, and the host waits for it. Make the "
-                                "noise where x is: `torch.randn_like(x)`.")
-        changed = _what_changed(build_model())
-        if changed:
-            return Feedback(exercise, FAILED, changed)
-    except NotAttempted:
-        return not_attempted(exercise)
+    stop_on(not_a_function(exercise, build_model))
+    devices = _devices(device, other)
+    for target in devices:
+        model, error = call(build_model)
+        if error is not None:
+            return Feedback(exercise, FAILED, f"build_model(): {explain(error)}")
+        if not isinstance(model, nn.Module):
+            return Feedback(exercise, FAILED, f"build_model() returned "
+                                              f"{type(model).__name__}: return Model().")
+        model.to(target)
+        messages = _audit_messages(model, target)
+        if messages:
+            return Feedback(exercise, FAILED, f"after model.to({str(target)!r}), "
+                            f"utils.audit found {len(messages)} problem(s). "
+                            + " ".join(messages))
+        trained = _trained_besides_layers(model)
+        if trained:
+            return Feedback(exercise, FAILED,
+                            f"`self.{trained[0]}` is an nn.Parameter that requires grad: "
+                            "Module.to moves it, but an optimizer given "
+                            "model.parameters() trains it, and the script's scale is fixed "
+                            "at 0.5. Register it as a buffer, which moves with the model "
+                            f"and is never trained: `self.register_buffer({trained[0]!r}, "
+                            "...)`.")
+    for target in devices:
+        model = build_model().to(target).train()
+        inputs = torch.randn(5, 4, device=target)
+        with Ledger() as ledger:
+            outputs, error = call(model, inputs)
+        if _is_hard_coded(error) or _names_a_third_device(error, target):
+            return _hard_coded(exercise, f"forward failed on {device_name(target)}: "
+                                         f"{_said(error)}")
+        if _is_mismatch(error) and reads_outer_name(build_model, "device"):
+            outer = getattr(build_model, "__globals__", {}).get("device")
+            value = f" (here {outer})" if outer is not None else ""
+            return Feedback(exercise, FAILED,
+                            f"the audit is clean, but forward fails on "
+                            f"{device_name(target)}: {_said(error)}. Inside forward, "
+                            f"`device=device` reads the notebook's variable{value}, not "
+                            "the device the model was moved to: the model does not know "
+                            "that name, and `model.to(...)` does not change it. Make the "
+                            "tensor where x is: `torch.randn_like(x)` or "
+                            "`device=x.device`.")
+        if _is_mismatch(error):
+            return Feedback(exercise, FAILED,
+                            f"the audit is clean, but forward fails on "
+                            f"{device_name(target)}: {_said(error)}. A tensor made inside "
+                            "forward without `device=` (like `torch.randn(x.shape)`) is "
+                            "born on the CPU, the default device, wherever x is; "
+                            "Module.to cannot move it, because it does not exist until "
+                            "forward runs. Make it where x is: `torch.randn_like(x)` or "
+                            "`torch.randn(x.shape, device=x.device)`.")
+        if error is not None:
+            return _failed(exercise, error, target)
+        if not isinstance(outputs, torch.Tensor) or outputs.shape != (5, 3):
+            return Feedback(exercise, FAILED, "forward should return the head's output, "
+                                              "shape (batch, 3).")
+        if outputs.device != target:
+            return Feedback(exercise, FAILED, f"the output is on {outputs.device}, the "
+                                              f"model on {device_name(target)}.")
+        copied = [c for c in ledger.copies if c.source.type == "cpu" and c.target == target]
+        if copied:
+            return Feedback(exercise, FAILED,
+                            f"forward runs on {device_name(target)}, but it makes a tensor "
+                            f"on the CPU and copies it there on every call "
+                            f"({copied[0].bytes} bytes each forward, e.g. "
+                            "`torch.randn(x.shape).to(x.device)`): one copy from main "
+                            "memory per training step, and the host waits for it. Make the "
+                            "noise where x is: `torch.randn_like(x)`.")
+    changed = _what_changed(build_model())
+    if changed:
+        return Feedback(exercise, FAILED, changed)
     shown = ", ".join(device_name(d) for d in devices)
     return Feedback(exercise, PASSED, f"utils.audit finds nothing left behind and forward runs "
                                       f"on {shown}: register_buffer, nn.ModuleList and "
@@ -334,71 +324,60 @@ def check_training_setup(build_training: Callable, device: torch.device | str,
     device without its index). Introduced in lab 04_cross_device_errors.
     """
     exercise = "Exercise 2"
-    problem = not_a_function(exercise, build_training)
-    if problem is not None:
-        return problem
+    stop_on(not_a_function(exercise, build_training))
     devices = _devices(device, other)
-    try:
-        for target in devices:
-            result, error = call(build_training, _reference_model(), target)
-            if _is_hard_coded(error):
-                return _hard_coded(exercise, f"asked for {device_name(target)}, "
-                                             f"build_training raised {_said(error)}")
-            if error is not None:
-                return _failed(exercise, error, target)
-            if not (isinstance(result, (tuple, list)) and len(result) == 3):
-                return Feedback(exercise, FAILED, "return a triple: (model, loss_fn, optimizer).")
-            model, loss_fn, optimizer = result
-            if not isinstance(model, nn.Module) or not isinstance(loss_fn, nn.Module):
-                return Feedback(exercise, FAILED, "the model and the loss should both be "
-                                                  "nn.Modules: return the CrossEntropyLoss "
-                                                  "object, not a function.")
-            left, overridden = _audited(exercise, build_training, model, target)
-            if overridden is not None:
-                return overridden
-            if left:
-                found = sorted({str(f.device) for f in left})
-                if any(f.device.type != "cpu" for f in left):  # it arrived on the CPU
-                    return _hard_coded(exercise, f"asked for {device_name(target)}, the model "
-                                                 f"came back on {', '.join(found)}: the "
-                                                 f"function ignores its `device` argument")
-                return Feedback(exercise, FAILED,
-                                f"the model is still on {', '.join(found)}, not on "
-                                f"{device_name(target)}. Call `model.to(device)`: Module.to "
-                                "moves the model in place (no reassignment needed).")
-            weights, overridden = _audited(exercise, build_training, loss_fn, target)
-            if overridden is not None:
-                return overridden
-            if weights:
-                return Feedback(exercise, FAILED,
-                                f"the loss's class weights are on {weights[0].device}, the model "
-                                f"on {device_name(target)}: the loss step would fail. "
-                                "CrossEntropyLoss keeps `weight` as a buffer, and a loss is an "
-                                "nn.Module, so `loss_fn.to(device)` moves it (or make the "
-                                "weights with `device=device`).")
-            weight = getattr(loss_fn, "weight", None)
-            if not isinstance(weight, torch.Tensor) or weight.shape != (3,):
-                return Feedback(exercise, FAILED, f"keep the class weights: "
-                                                  f"nn.CrossEntropyLoss(weight=...) with "
-                                                  f"{list(CLASS_WEIGHTS)}.")
-            if target.type != "meta" and weight.cpu().tolist() != list(CLASS_WEIGHTS):
-                return Feedback(exercise, FAILED, f"the class weights changed to "
-                                                  f"{weight.cpu().tolist()}: move them, "
-                                                  "do not change them.")
-            if not isinstance(optimizer, torch.optim.Optimizer):
-                return Feedback(exercise, FAILED, "the third item should be the optimizer.")
-            held = [p for group in optimizer.param_groups for p in group["params"]]
-            owned = list(model.parameters())
-            if len(held) != len(owned) or not all(any(h is p for p in owned) for h in held):
-                return Feedback(exercise, FAILED,
-                                "the optimizer does not hold the model's parameters (on "
-                                f"{device_name(target)} moving the model replaced them). "
-                                "Move the model first, then build the optimizer.")
-    except NotAttempted:
-        return not_attempted(exercise)
-    problem = gpu_placement_problem(exercise, build_training, _reference_model(), STAND_IN_GPU)
-    if problem is not None:
-        return problem
+    for target in devices:
+        result, error = call(build_training, _reference_model(), target)
+        if _is_hard_coded(error):
+            return _hard_coded(exercise, f"asked for {device_name(target)}, "
+                                         f"build_training raised {_said(error)}")
+        if error is not None:
+            return _failed(exercise, error, target)
+        if not (isinstance(result, (tuple, list)) and len(result) == 3):
+            return Feedback(exercise, FAILED, "return a triple: (model, loss_fn, optimizer).")
+        model, loss_fn, optimizer = result
+        if not isinstance(model, nn.Module) or not isinstance(loss_fn, nn.Module):
+            return Feedback(exercise, FAILED, "the model and the loss should both be "
+                                              "nn.Modules: return the CrossEntropyLoss "
+                                              "object, not a function.")
+        left = _audited(exercise, build_training, model, target)
+        if left:
+            found = sorted({str(f.device) for f in left})
+            if any(f.device.type != "cpu" for f in left):  # it arrived on the CPU
+                return _hard_coded(exercise, f"asked for {device_name(target)}, the model "
+                                             f"came back on {', '.join(found)}: the "
+                                             f"function ignores its `device` argument")
+            return Feedback(exercise, FAILED,
+                            f"the model is still on {', '.join(found)}, not on "
+                            f"{device_name(target)}. Call `model.to(device)`: Module.to "
+                            "moves the model in place (no reassignment needed).")
+        weights = _audited(exercise, build_training, loss_fn, target)
+        if weights:
+            return Feedback(exercise, FAILED,
+                            f"the loss's class weights are on {weights[0].device}, the model "
+                            f"on {device_name(target)}: the loss step would fail. "
+                            "CrossEntropyLoss keeps `weight` as a buffer, and a loss is an "
+                            "nn.Module, so `loss_fn.to(device)` moves it (or make the "
+                            "weights with `device=device`).")
+        weight = getattr(loss_fn, "weight", None)
+        if not isinstance(weight, torch.Tensor) or weight.shape != (3,):
+            return Feedback(exercise, FAILED, f"keep the class weights: "
+                                              f"nn.CrossEntropyLoss(weight=...) with "
+                                              f"{list(CLASS_WEIGHTS)}.")
+        if target.type != "meta" and weight.cpu().tolist() != list(CLASS_WEIGHTS):
+            return Feedback(exercise, FAILED, f"the class weights changed to "
+                                              f"{weight.cpu().tolist()}: move them, "
+                                              "do not change them.")
+        if not isinstance(optimizer, torch.optim.Optimizer):
+            return Feedback(exercise, FAILED, "the third item should be the optimizer.")
+        held = [p for group in optimizer.param_groups for p in group["params"]]
+        owned = list(model.parameters())
+        if len(held) != len(owned) or not all(any(h is p for p in owned) for h in held):
+            return Feedback(exercise, FAILED,
+                            "the optimizer does not hold the model's parameters (on "
+                            f"{device_name(target)} moving the model replaced them). "
+                            "Move the model first, then build the optimizer.")
+    stop_on(gpu_placement_problem(exercise, build_training, _reference_model(), STAND_IN_GPU))
     shown = ", ".join(device_name(d) for d in devices)
     return Feedback(exercise, PASSED, f"the model and the loss's class weights land on the "
                                       f"device you ask for ({shown}), and the optimizer holds "
@@ -430,66 +409,55 @@ def check_train_step(train_step: Callable, device: torch.device | str,
     Introduced in lab 04_cross_device_errors.
     """
     exercise = "Exercise 3"
-    problem = not_a_function(exercise, train_step)
-    if problem is not None:
-        return problem
+    stop_on(not_a_function(exercise, train_step))
     devices = _devices(device, other)
-    try:
-        for target in devices:
-            model, loss_fn, optimizer = _reference_training(target)
-            before = [p.detach().clone() for p in model.parameters()]
-            inputs, targets = _batch()
-            loss, error = call(train_step, model, loss_fn, optimizer, inputs, targets, target)
-            if _is_hard_coded(error) or _names_a_third_device(error, target):
-                return _hard_coded(exercise, f"on {device_name(target)} train_step raised "
-                                             f"{_said(error)}")
-            overridden = _overridden(exercise, train_step, target)
-            if _is_mismatch(error) and overridden is not None:
-                return overridden
-            if _is_mismatch(error):
-                where = device_name(target)
-                inputs_left = _step_fails(train_step, target, False, True)
-                targets_left = _step_fails(train_step, target, True, False)
-                messages = []
-                if inputs_left:
-                    messages.append(
-                        f"The inputs stay on the CPU while the model is on {where}: a data "
-                        "loader hands you CPU tensors, so move each batch, "
-                        "`inputs = inputs.to(device)`. (`inputs.to(device)` alone changes "
-                        "nothing: Tensor.to returns a new tensor.)")
-                if targets_left:
-                    messages.append(
-                        f"The targets stay on the CPU: the loss compares them with the "
-                        f"model's output on {where}, so they must be there too, "
-                        "`targets = targets.to(device)`. Moving the model never moves "
-                        "the data.")
-                if not messages:
-                    messages.append("Only the model, the loss and the batch should meet "
-                                    "here; make sure nothing else is created on the CPU.")
-                return Feedback(exercise, FAILED, f"on {where} the step fails with "
-                                                  f"{_said(error)}. " + " ".join(messages))
-            if error is not None:
-                return _failed(exercise, error, target)
-            if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
-                return Feedback(exercise, FAILED, "return the loss, a tensor with one number "
-                                                  "(the skeleton's last line does).")
-            overridden = _overridden(exercise, train_step, target)
-            if loss.device != target and overridden is not None:
-                return overridden
-            if loss.device != target:
-                return Feedback(exercise, FAILED, f"the loss is on {loss.device}, not on "
-                                                  f"{device_name(target)}.")
-            if target.type != "meta" and all(
-                torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True)
-            ):
-                return Feedback(exercise, FAILED, "the weights did not change: keep "
-                                                  "optimizer.step() in the step.")
-    except NotAttempted:
-        return not_attempted(exercise)
-    problem = gpu_placement_problem(exercise, train_step, *_reference_training("meta"),
-                                    *_batch(), STAND_IN_GPU)
-    if problem is not None:
-        return problem
+    for target in devices:
+        model, loss_fn, optimizer = _reference_training(target)
+        before = [p.detach().clone() for p in model.parameters()]
+        inputs, targets = _batch()
+        loss, error = call(train_step, model, loss_fn, optimizer, inputs, targets, target)
+        if _is_hard_coded(error) or _names_a_third_device(error, target):
+            return _hard_coded(exercise, f"on {device_name(target)} train_step raised "
+                                         f"{_said(error)}")
+        stop_on(_overridden(exercise, train_step, target) if _is_mismatch(error) else None)
+        if _is_mismatch(error):
+            where = device_name(target)
+            inputs_left = _step_fails(train_step, target, False, True)
+            targets_left = _step_fails(train_step, target, True, False)
+            messages = []
+            if inputs_left:
+                messages.append(
+                    f"The inputs stay on the CPU while the model is on {where}: a data "
+                    "loader hands you CPU tensors, so move each batch, "
+                    "`inputs = inputs.to(device)`. (`inputs.to(device)` alone changes "
+                    "nothing: Tensor.to returns a new tensor.)")
+            if targets_left:
+                messages.append(
+                    f"The targets stay on the CPU: the loss compares them with the "
+                    f"model's output on {where}, so they must be there too, "
+                    "`targets = targets.to(device)`. Moving the model never moves "
+                    "the data.")
+            if not messages:
+                messages.append("Only the model, the loss and the batch should meet "
+                                "here; make sure nothing else is created on the CPU.")
+            return Feedback(exercise, FAILED, f"on {where} the step fails with "
+                                              f"{_said(error)}. " + " ".join(messages))
+        if error is not None:
+            return _failed(exercise, error, target)
+        if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
+            return Feedback(exercise, FAILED, "return the loss, a tensor with one number "
+                                              "(the skeleton's last line does).")
+        stop_on(_overridden(exercise, train_step, target) if loss.device != target else None)
+        if loss.device != target:
+            return Feedback(exercise, FAILED, f"the loss is on {loss.device}, not on "
+                                              f"{device_name(target)}.")
+        if target.type != "meta" and all(
+            torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True)
+        ):
+            return Feedback(exercise, FAILED, "the weights did not change: keep "
+                                              "optimizer.step() in the step.")
+    stop_on(gpu_placement_problem(exercise, train_step, *_reference_training("meta"),
+                                  *_batch(), STAND_IN_GPU))
     shown = ", ".join(device_name(d) for d in devices)
     return Feedback(exercise, PASSED, f"a CPU batch trains a model on {shown}: inputs and "
                                       "targets move to where the model and the loss are.")
@@ -518,63 +486,54 @@ def check_predict(predict: Callable, device: torch.device | str,
     Introduced in lab 04_cross_device_errors.
     """
     exercise = "Exercise 4"
-    problem = not_a_function(exercise, predict)
-    if problem is not None:
-        return problem
+    stop_on(not_a_function(exercise, predict))
     devices = _devices(device, other)
     inputs, _ = _batch(5)
-    try:
-        for target in devices:
-            model = _predict_model().to(target)
-            kept_state = torch.get_rng_state()
-            array, error = call(predict, model, inputs, target)
-            torch.set_rng_state(kept_state)
-            overridden = _overridden(exercise, predict, target)
-            if _is_mismatch(error) and overridden is not None:
-                return overridden
-            if target.type == "meta" and isinstance(error, NotImplementedError):
-                continue  # it reached .cpu(): a GPU would copy here, meta has no data to copy
-            if _is_hard_coded(error) or _names_a_third_device(error, target):
-                return _hard_coded(exercise, f"on {device_name(target)} predict raised "
-                                             f"{_said(error)}")
-            if isinstance(error, TypeError) and "to numpy" in str(error):
+    for target in devices:
+        model = _predict_model().to(target)
+        kept_state = torch.get_rng_state()
+        array, error = call(predict, model, inputs, target)
+        torch.set_rng_state(kept_state)
+        stop_on(_overridden(exercise, predict, target) if _is_mismatch(error) else None)
+        if target.type == "meta" and isinstance(error, NotImplementedError):
+            continue  # it reached .cpu(): a GPU would copy here, meta has no data to copy
+        if _is_hard_coded(error) or _names_a_third_device(error, target):
+            return _hard_coded(exercise, f"on {device_name(target)} predict raised "
+                                         f"{_said(error)}")
+        if isinstance(error, TypeError) and "to numpy" in str(error):
+            return Feedback(exercise, FAILED,
+                            f"on {device_name(target)}: {_said(error)}. NumPy arrays live "
+                            "in main memory, so `.numpy()` works only on a CPU tensor. "
+                            "Copy it there first: `.cpu().numpy()`.")
+        if isinstance(error, RuntimeError) and "requires grad" in str(error):
+            return Feedback(exercise, FAILED,
+                            f"on {device_name(target)}: {_said(error)}. The probabilities "
+                            "come from the weights, so they carry autograd history, and "
+                            "`.numpy()` refuses them even on the CPU. Predict under "
+                            "`torch.inference_mode()` (or `torch.no_grad()`), or add "
+                            "`.detach()`, then `.cpu().numpy()`.")
+        if error is not None:
+            return _failed(exercise, error, target)
+        if isinstance(array, torch.Tensor):
+            return Feedback(exercise, FAILED, f"predict returned a tensor on "
+                                              f"{array.device}; return a NumPy array.")
+        if not isinstance(array, np.ndarray) or array.shape != (5, 3):
+            return Feedback(exercise, FAILED, "return a NumPy array of shape (batch, 3).")
+        if target.type == "meta":
+            continue  # no data on meta to compare with; the CPU run compares
+        with torch.inference_mode():
+            expected = model.eval()(inputs.to(target)).softmax(dim=1).cpu().numpy()
+        if not np.allclose(array, expected, atol=1e-5):
+            if _predicts_in_training_mode(predict, target):
                 return Feedback(exercise, FAILED,
-                                f"on {device_name(target)}: {_said(error)}. NumPy arrays live "
-                                "in main memory, so `.numpy()` works only on a CPU tensor. "
-                                "Copy it there first: `.cpu().numpy()`.")
-            if isinstance(error, RuntimeError) and "requires grad" in str(error):
-                return Feedback(exercise, FAILED,
-                                f"on {device_name(target)}: {_said(error)}. The probabilities "
-                                "come from the weights, so they carry autograd history, and "
-                                "`.numpy()` refuses them even on the CPU. Predict under "
-                                "`torch.inference_mode()` (or `torch.no_grad()`), or add "
-                                "`.detach()`, then `.cpu().numpy()`.")
-            if error is not None:
-                return _failed(exercise, error, target)
-            if isinstance(array, torch.Tensor):
-                return Feedback(exercise, FAILED, f"predict returned a tensor on "
-                                                  f"{array.device}; return a NumPy array.")
-            if not isinstance(array, np.ndarray) or array.shape != (5, 3):
-                return Feedback(exercise, FAILED, "return a NumPy array of shape (batch, 3).")
-            if target.type == "meta":
-                continue  # no data on meta to compare with; the CPU run compares
-            with torch.inference_mode():
-                expected = model.eval()(inputs.to(target)).softmax(dim=1).cpu().numpy()
-            if not np.allclose(array, expected, atol=1e-5):
-                if _predicts_in_training_mode(predict, target):
-                    return Feedback(exercise, FAILED,
-                                    "the model predicted in training mode, so its dropout (or "
-                                    "noise) was on and the probabilities are random: keep "
-                                    "`model.eval()` before predicting.")
-                return Feedback(exercise, FAILED, "the array does not hold the model's class "
-                                                  "probabilities: keep the skeleton's "
-                                                  "softmax line.")
-    except NotAttempted:
-        return not_attempted(exercise)
-    problem = gpu_placement_problem(exercise, predict, _predict_model().to("meta"), inputs,
-                                    STAND_IN_GPU)
-    if problem is not None:
-        return problem
+                                "the model predicted in training mode, so its dropout (or "
+                                "noise) was on and the probabilities are random: keep "
+                                "`model.eval()` before predicting.")
+            return Feedback(exercise, FAILED, "the array does not hold the model's class "
+                                              "probabilities: keep the skeleton's "
+                                              "softmax line.")
+    stop_on(gpu_placement_problem(exercise, predict, _predict_model().to("meta"), inputs,
+                                  STAND_IN_GPU))
     return Feedback(exercise, PASSED, "in eval mode, with no autograd history, the "
                                       "probabilities reach NumPy through `.cpu()`: NumPy reads "
                                       "main memory only.")

@@ -1,11 +1,9 @@
 """Checks for lab 05_save_load_scenarios: load mystery checkpoints correctly and safely.
 
-Each check writes its own small checkpoint files (with weights the learner cannot see
-in advance) into ``folder``, runs the learner's loader on them while recording how
-``torch.load`` and ``load_state_dict`` were called, and compares what arrived with
-what was saved. Nothing here unpickles with ``weights_only=False``; the one "hostile"
-file a check writes asks for :func:`_leave_marker`, which only appends to
-:data:`MARKERS`, so a loader that runs pickled code is caught without harm.
+Each check writes its own checkpoint files into ``folder``, runs the learner's loader on them
+(recording how ``torch.load`` and ``load_state_dict`` were called) and compares what arrived
+with what was saved. The one "hostile" file asks for :func:`_leave_marker`, which only appends
+to :data:`MARKERS`: a loader that runs pickled code is caught without harm.
 """
 
 from __future__ import annotations
@@ -22,7 +20,6 @@ from labchecks.feedback import (
     FAILED,
     PASSED,
     Feedback,
-    NotAttempted,
     call,
     device_name,
     explain,
@@ -30,10 +27,10 @@ from labchecks.feedback import (
     loaded_unsafely,
     moved_and_dropped,
     not_a_function,
-    not_attempted,
     recorded_loads,
     recorded_to_calls,
     seeded,
+    stop_on,
     unsafe_load,
 )
 from labchecks.gpu_stand_in import STAND_IN_GPU, gpu_placement_problem
@@ -129,66 +126,59 @@ def check_gpu_checkpoint(load_gpu_checkpoint: Callable, device: str | torch.devi
     Introduced in lab 05_save_load_scenarios.
     """
     exercise = "Exercise 1"
-    problem = not_a_function(exercise, load_gpu_checkpoint)
-    if problem is not None:
-        return problem
+    stop_on(not_a_function(exercise, load_gpu_checkpoint))
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     device = torch.device(device)
     targets = [device] + ([torch.device("meta")] if device.type != "meta" else [])
     saved = _saved(mystery_net(seed=51))
-    try:
-        for tag in ("cuda:0", "cuda:1", "mps"):
-            path = save_as_if_on(saved, folder / f"lab05_check_{tag.replace(':', '')}.pt", tag)
-            for target in targets:
-                with recorded_loads() as calls, recorded_to_calls() as moves:
-                    state, error = call(load_gpu_checkpoint, path, target)
-                location = calls[-1].get("map_location") if calls else None
-                if error is not None:
-                    if (target.type == "meta" and callable(location)
-                            and "META device module is not loaded" in str(error)):
-                        # PyTorch cannot make storages on meta inside torch.load: a correct
-                        # callable map_location fails here, so meta cannot check this form.
-                        continue
-                    message = str(error)
-                    if ("Attempting to deserialize object on" in message
-                            or "Storage device not recognized" in message):
-                        diagnosis = _where_it_went(calls, tag, error)
-                        if diagnosis:
-                            return Feedback(exercise, FAILED, diagnosis)
-                    return Feedback(exercise, FAILED, f"loading the file saved on {tag} onto "
-                                    f"{device_name(target)}: {explain(error)}")
-                if loaded_unsafely(calls):
-                    return Feedback(exercise, FAILED, UNSAFE)
-                if isinstance(location, Mapping):
-                    listed = ", ".join(map(str, location))
-                    return Feedback(exercise, FAILED,
-                                    f"your map_location dict lists {listed}: a dict remaps only "
-                                    "the tags it lists, and checkpoints carry whatever tag "
-                                    "their machine wrote (cuda:3, xpu:0, mps:0, ...), so the "
-                                    "next file goes back to its GPU. Pass map_location=device: "
-                                    "every tag goes to that one device.")
-                if not isinstance(state, Mapping) or set(state) != set(saved):
-                    return Feedback(exercise, FAILED, "return the loaded state dict (a dict of "
-                                    f"tensors with keys {sorted(saved)}); got "
-                                    f"{type(state).__name__}.")
-                landed = {str(tensor.device) for tensor in state.values()}
-                if landed != {str(target)} and not (
-                        target.type == "cuda" and target.index is None
-                        and all(t.device.type == "cuda" for t in state.values())):
-                    return Feedback(exercise, FAILED,
-                                    _landed_elsewhere(state, target, landed, location, moves))
-                if target.type != "meta" and any(
-                        not torch.equal(state[key].cpu(), saved[key]) for key in saved):
-                    return Feedback(exercise, FAILED, "the tensors you returned are not the "
-                                                      "saved ones: return what torch.load read.")
-    except NotAttempted:
-        return not_attempted(exercise)
-    problem = gpu_placement_problem(exercise, load_gpu_checkpoint,
-                                    folder / "lab05_check_cuda0.pt", STAND_IN_GPU,
-                                    fix="map_location=device")
-    if problem is not None:
-        return problem
+    for tag in ("cuda:0", "cuda:1", "mps"):
+        path = save_as_if_on(saved, folder / f"lab05_check_{tag.replace(':', '')}.pt", tag)
+        for target in targets:
+            with recorded_loads() as calls, recorded_to_calls() as moves:
+                state, error = call(load_gpu_checkpoint, path, target)
+            location = calls[-1].get("map_location") if calls else None
+            if error is not None:
+                if (target.type == "meta" and callable(location)
+                        and "META device module is not loaded" in str(error)):
+                    # PyTorch cannot make storages on meta inside torch.load: a correct
+                    # callable map_location fails here, so meta cannot check this form.
+                    continue
+                message = str(error)
+                if ("Attempting to deserialize object on" in message
+                        or "Storage device not recognized" in message):
+                    diagnosis = _where_it_went(calls, tag, error)
+                    if diagnosis:
+                        return Feedback(exercise, FAILED, diagnosis)
+                return Feedback(exercise, FAILED, f"loading the file saved on {tag} onto "
+                                f"{device_name(target)}: {explain(error)}")
+            if loaded_unsafely(calls):
+                return Feedback(exercise, FAILED, UNSAFE)
+            if isinstance(location, Mapping):
+                listed = ", ".join(map(str, location))
+                return Feedback(exercise, FAILED,
+                                f"your map_location dict lists {listed}: a dict remaps only "
+                                "the tags it lists, and checkpoints carry whatever tag "
+                                "their machine wrote (cuda:3, xpu:0, mps:0, ...), so the "
+                                "next file goes back to its GPU. Pass map_location=device: "
+                                "every tag goes to that one device.")
+            if not isinstance(state, Mapping) or set(state) != set(saved):
+                return Feedback(exercise, FAILED, "return the loaded state dict (a dict of "
+                                f"tensors with keys {sorted(saved)}); got "
+                                f"{type(state).__name__}.")
+            landed = {str(tensor.device) for tensor in state.values()}
+            if landed != {str(target)} and not (
+                    target.type == "cuda" and target.index is None
+                    and all(t.device.type == "cuda" for t in state.values())):
+                return Feedback(exercise, FAILED,
+                                _landed_elsewhere(state, target, landed, location, moves))
+            if target.type != "meta" and any(
+                    not torch.equal(state[key].cpu(), saved[key]) for key in saved):
+                return Feedback(exercise, FAILED, "the tensors you returned are not the "
+                                                  "saved ones: return what torch.load read.")
+    stop_on(gpu_placement_problem(exercise, load_gpu_checkpoint,
+                                  folder / "lab05_check_cuda0.pt", STAND_IN_GPU,
+                                  fix="map_location=device"))
     return Feedback(exercise, PASSED, "files tagged cuda:0, cuda:1 and mps all load onto the "
                                       "device you ask for: map_location=device overrides every "
                                       "saved tag.")
@@ -268,9 +258,7 @@ def _prefix_mistake(keys: list[str], expected: list[str], prefix: str, strict: b
 
 def _check_prefixed(exercise: str, loader: Callable, prefix: str, wrapper: str,
                     folder: str | os.PathLike) -> Feedback:
-    problem = not_a_function(exercise, loader)
-    if problem is not None:
-        return problem
+    stop_on(not_a_function(exercise, loader))
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     saved = _saved(mystery_net(seed=52))
@@ -279,31 +267,21 @@ def _check_prefixed(exercise: str, loader: Callable, prefix: str, wrapper: str,
     model = mystery_net(seed=53)
     expected = list(saved)
     state_calls = _instrument(model)
-    try:
-        with recorded_loads() as load_calls:
-            returned, error = call(loader, path, model)
-    except NotAttempted:
-        return not_attempted(exercise)
+    with recorded_loads() as load_calls:
+        returned, error = call(loader, path, model)
+    last = state_calls[-1] if state_calls else None  # the keys load_state_dict got, named
+    mistake = _prefix_mistake(last["keys"], expected, prefix, last["strict"]) if last else ""
     if error is not None:
-        if state_calls and isinstance(error, RuntimeError):
-            last = state_calls[-1]
-            mistake = _prefix_mistake(last["keys"], expected, prefix, last["strict"])
-            if mistake:
-                return Feedback(exercise, FAILED, mistake)
-        return Feedback(exercise, FAILED, explain(error))
+        return Feedback(exercise, FAILED, mistake if mistake and isinstance(error, RuntimeError)
+                        else explain(error))
     if loaded_unsafely(load_calls):
         return Feedback(exercise, FAILED, UNSAFE)
     wrong = [key for key, value in model.state_dict().items()
              if not torch.equal(value.detach().cpu(), saved[key])]
     if wrong:
-        if state_calls:
-            last = state_calls[-1]
-            mistake = _prefix_mistake(last["keys"], expected, prefix, last["strict"])
-            if mistake:
-                return Feedback(exercise, FAILED, mistake)
-        return Feedback(exercise, FAILED, f"after loading, {wrong} still differ from the saved "
-                                          "weights: load the stripped state dict into `model` "
-                                          "itself with model.load_state_dict().")
+        return Feedback(exercise, FAILED, mistake or f"after loading, {wrong} still differ from "
+                        "the saved weights: load the stripped state dict into `model` itself "
+                        "with model.load_state_dict().")
     if returned is not model:
         if returned is None:
             got = ("returned None: the weights are in `model`, but the function should hand "
@@ -372,9 +350,7 @@ def check_whole_model(load_whole_model_safely: Callable,
     something other than the model. Introduced in lab 05_save_load_scenarios.
     """
     exercise = "Exercise 4"
-    problem = not_a_function(exercise, load_whole_model_safely)
-    if problem is not None:
-        return problem
+    stop_on(not_a_function(exercise, load_whole_model_safely))
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     original = mystery_net(seed=54)
@@ -392,8 +368,6 @@ def check_whole_model(load_whole_model_safely: Callable,
             model, error = call(load_whole_model_safely, good_path, trusted)
             if error is None:
                 refused, hostile_error = call(load_whole_model_safely, hostile_path, trusted)
-    except NotAttempted:
-        return not_attempted(exercise)
     finally:
         grew = _forget(trusted)  # undo a process-wide allowlisting of the trusted classes
         ran_code = len(MARKERS) > markers_before

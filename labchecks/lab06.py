@@ -1,11 +1,5 @@
-"""Checks and the small training run for lab 06_training_checkpoints: resume anywhere.
-
-``check_atomic_save`` crashes ``torch.save`` half-way and crashes the rename, and
-records where the learner wrote the temporary file; ``check_resume`` trains straight
-through and with a stop, save and load in the middle, and names the piece of state
-the checkpoint did not bring back (weights, optimizer, scheduler, each random number
-generator in use, the epoch), a load with ``weights_only=False``, or a plain
-``torch.save`` where the atomic save is asked for.
+"""Checks and the small training run for lab 06_training_checkpoints: resume anywhere, and a
+save that a crash cannot break.
 """
 
 from __future__ import annotations
@@ -28,8 +22,10 @@ from labchecks.feedback import (
     attempt,
     explain,
     first_line,
+    given,
     loaded_unsafely,
     recorded_loads,
+    stop_on,
     unsafe_load,
 )
 from labchecks.gpu_stand_in import STAND_IN_GPU, as_if_on_gpu
@@ -140,6 +136,24 @@ def _crash_half_way(real_save: Callable):
     return crash
 
 
+def _through_a_crash(exercise: str, when: str, function: Callable, *args,
+                     crash: tuple[type[BaseException], ...] = (OSError,)) -> None:
+    """Call the learner's ``function(*args)`` while the check makes it crash: the ``crash``
+    may reach the caller, as a real one would; any other error ends the check, said ``when``."""
+    try:
+        function(*args)
+    except crash:
+        pass
+    except Exception as error:
+        stop_on(Feedback(exercise, FAILED, f"{when}: {explain(error)}"))
+
+
+def _remove_new(folder: str, before: set[str]) -> None:
+    """Remove what was written in ``folder`` since it held ``before``."""
+    for name in set(os.listdir(folder)) - before:
+        os.remove(os.path.join(folder, name))
+
+
 NOT_ATOMIC = ("save_checkpoint writes straight into `path`: when the process dies "
               "mid-save (simulated here), the last good checkpoint is gone too. The exercise "
               "asks for your atomic_save from exercise 1: `atomic_save(checkpoint, path)` "
@@ -180,15 +194,11 @@ def check_resume(save_checkpoint: Callable, load_checkpoint: Callable,
         at_save = [(name, read(), how) for name, read, how in generators(device)]
         saved_model = {k: v.clone() for k, v in training[0].state_dict().items()}
         saved_lr = training[1].param_groups[0]["lr"]
-        _, problem = attempt(exercise, save_checkpoint, path, *training, stop)
-        if problem is not None:
-            return problem
+        given(attempt(exercise, save_checkpoint, path, *training, stop))
         if not os.path.exists(path):
             return Feedback(exercise, FAILED, f"save_checkpoint did not create {path!r}: save "
                                               "the checkpoint to the `path` it is given.")
-        problem = _survives_a_crash(exercise, save_checkpoint, path, training, stop)
-        if problem is not None:
-            return problem
+        stop_on(_survives_a_crash(exercise, save_checkpoint, path, training, stop))
         resumed = tiny_training(device, seed=99)  # a new process would start from other numbers
         _scramble_generators()
         with recorded_loads() as loads, _recorded_assign() as assigned:
@@ -267,17 +277,11 @@ def _survives_a_crash(exercise: str, save_checkpoint: Callable, path: str, train
     before = set(os.listdir(os.path.dirname(path) or "."))
     state = torch.get_rng_state(), random.getstate()
     with mock.patch("torch.save", _crash_half_way(real_save)):
-        try:
-            save_checkpoint(path, *training, stop)
-        except OSError:
-            pass  # the simulated crash reaches the caller, as a real one would
-        except Exception as error:
-            return Feedback(exercise, FAILED, f"saving while the disk fails: {explain(error)}")
+        _through_a_crash(exercise, "saving while the disk fails", save_checkpoint, path,
+                         *training, stop)
     torch.set_rng_state(state[0])
     random.setstate(state[1])
-    folder = os.path.dirname(path) or "."
-    for name in set(os.listdir(folder)) - before:
-        os.remove(os.path.join(folder, name))
+    _remove_new(os.path.dirname(path) or ".", before)
     try:
         torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:
@@ -438,54 +442,36 @@ def check_atomic_save(atomic_save: Callable, folder: str = "checkpoints") -> Fee
     path = os.path.join(folder, "lab06_atomic_check.pt")
     if os.path.exists(path):
         os.remove(path)
-    _, problem = attempt(exercise, atomic_save, {"version": 1}, path)
-    if problem is not None:
-        return problem
+    given(attempt(exercise, atomic_save, {"version": 1}, path))
     if not os.path.exists(path):
         return Feedback(exercise, FAILED, f"atomic_save did not create {path!r}.")
     before = set(os.listdir(folder))
     with mock.patch("torch.save", _crash_half_way(torch.save)):
-        try:
-            atomic_save({"version": 2}, path)
-        except OSError:
-            pass  # expected: the crash reaches the caller
-        except Exception as error:
-            return Feedback(exercise, FAILED, f"while the disk fails: {explain(error)}")
-    problem = _still_version_1(exercise, path, "a crash in the middle of torch.save",
-                               "You wrote straight over the old checkpoint: write to a "
-                               "temporary file in the same folder, then os.replace() it onto "
-                               "the final name.")
-    if problem is not None:
-        return problem
+        _through_a_crash(exercise, "while the disk fails", atomic_save, {"version": 2}, path)
+    stop_on(_still_version_1(exercise, path, "a crash in the middle of torch.save",
+                             "You wrote straight over the old checkpoint: write to a "
+                             "temporary file in the same folder, then os.replace() it onto "
+                             "the final name."))
     leftovers = set(os.listdir(folder)) - before
-    for name in leftovers:
-        os.remove(os.path.join(folder, name))
+    _remove_new(folder, before)
     crashes: list = []
     with _recorded_files() as crash_seen:
         crash_replace, crash_rename = _crash_at_rename(crashes)
         with crash_replace, crash_rename:
-            try:
-                atomic_save({"version": 2}, path)
-            except (_KilledAtRename, OSError):
-                pass
-            except Exception as error:
-                return Feedback(exercise, FAILED, f"while the rename fails: {explain(error)}")
+            _through_a_crash(exercise, "while the rename fails", atomic_save, {"version": 2},
+                             path, crash=(_KilledAtRename, OSError))
     removed_first = any(_same_file(target, path) for target in crash_seen["remove"])
-    problem = None if not crashes else _still_version_1(  # no os.replace/os.rename: not testable
-
-        exercise, path, "a crash at the rename",
-        "os.remove(path) then os.rename(...) leaves a moment with no checkpoint at all: a "
-        "crash there loses the old one and the new one is not in place. os.replace(temporary, "
-        "path) swaps the name in one step, so remove nothing first." if removed_first else
-        "Write the new file under a temporary name and let one os.replace() put it in place.")
-    if problem is not None:
-        return problem
-    for name in set(os.listdir(folder)) - before:
-        os.remove(os.path.join(folder, name))
+    if crashes:  # no os.replace/os.rename: not testable
+        stop_on(_still_version_1(
+            exercise, path, "a crash at the rename",
+            "os.remove(path) then os.rename(...) leaves a moment with no checkpoint at all: a "
+            "crash there loses the old one and the new one is not in place. "
+            "os.replace(temporary, path) swaps the name in one step, so remove nothing first."
+            if removed_first else
+            "Write the new file under a temporary name and let one os.replace() put it in place."))
+    _remove_new(folder, before)
     with _recorded_files() as seen:
-        _, problem = attempt(exercise, atomic_save, {"version": 3}, path)
-    if problem is not None:
-        return problem
+        given(attempt(exercise, atomic_save, {"version": 3}, path))
     try:
         arrived = torch.load(path, weights_only=True)
     except Exception as error:
@@ -494,9 +480,7 @@ def check_atomic_save(atomic_save: Callable, folder: str = "checkpoints") -> Fee
     if arrived != {"version": 3}:
         return Feedback(exercise, FAILED, "after a successful save the file still holds the old "
                                           "checkpoint: did you forget os.replace()?")
-    problem = _temporary_elsewhere(exercise, seen, path)
-    if problem is not None:
-        return problem
+    stop_on(_temporary_elsewhere(exercise, seen, path))
     if any(_same_file(target, path) for target in seen["copy"]):
         return Feedback(exercise, FAILED, "atomic_save copies the temporary file onto `path`: a "
                                           "copy writes the final file byte by byte, and a crash "

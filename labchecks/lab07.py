@@ -1,13 +1,8 @@
 """Checks for lab 07_moving_data_fast: fewer copies, fewer waits, and what fits in memory.
 
-Exercise 1 runs the learner's training loop twice: on the CPU for its value (it must equal
-the slow loop's), and under :class:`utils.Ledger` on the second device (meta on a
-CPU-only machine, the GPU otherwise) for its traffic. Traffic is judged *per extra step*:
-the loop runs for 4 and for 8 steps, and the difference is what each step costs, so a
-one-time move before the loop and one read after it are free.
-(Each step must make no copy and no wait; the *bytes* of a one-time move may grow with the
-number of steps, for a loop that moves only the rows it will use.) Exercises 2 and 3 compare
-with :func:`utils.footprint`. Introduced in lab 07_moving_data_fast.
+Exercise 1 is judged on its value (on the CPU, against :func:`train_slow`) and on what each
+extra step costs on the second device (:mod:`labchecks.step_traffic`); exercises 2 and 3
+compare with :func:`utils.footprint`. Introduced in lab 07_moving_data_fast.
 """
 
 from __future__ import annotations
@@ -26,6 +21,7 @@ from labchecks.feedback import (
     Feedback,
     attempt_within,
     device_name,
+    given,
 )
 from labchecks.gpu_stand_in import STAND_IN_GPU, misplaced_gpu
 from labchecks.grading import graded
@@ -377,9 +373,7 @@ def check_adam_bytes(adam_bytes: Callable) -> Feedback:
     """
     exercise = "Exercise 2"
     for name, (model, inputs) in exercise2_models().items():
-        predicted, problem = _within(exercise, adam_bytes, model)
-        if problem is not None:
-            return problem
+        predicted = given(_within(exercise, adam_bytes, model))
         predicted = _plain(predicted)
         if not isinstance(predicted, (int, float)) or isinstance(predicted, bool):
             return Feedback(exercise, FAILED, f"adam_bytes returned {type(predicted).__name__};"
@@ -547,10 +541,12 @@ _OTHER_STEPS = (
 )
 
 
-def _largest_with(model: nn.Module, budget: float, **options) -> int:
-    """The largest batch whose step, as ``footprint(..., **options)`` counts it, fits."""
-    return _largest_fitting(
-        lambda rows: footprint(model, torch.empty(rows, 64, device="meta"), **options).total,
+@functools.cache
+def _largest_with(budget: float, options: tuple) -> int:
+    """The largest batch of the exercise's model whose step, as ``footprint(..., **options)``
+    counts it, fits ``budget`` (searched once per budget)."""
+    return _largest_fitting(lambda rows: footprint(
+        _exercise3_reference(), torch.empty(rows, 64, device="meta"), **dict(options)).total,
         budget, most=2**20)
 
 
@@ -587,7 +583,7 @@ def _why_batch(model: nn.Module, answer: int, truth: int, budget: float) -> str:
                 "return the number of rows, the batch size.")
     if answer > truth:
         for options, why in _OTHER_STEPS:
-            if answer == _largest_with(model, budget, **options):
+            if answer == _largest_with(budget, tuple(options.items())):
                 return why
         fixed = footprint(model, torch.zeros(1, 64))
         weights_only = fixed.parameters + fixed.gradients + fixed.optimizer_state

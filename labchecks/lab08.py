@@ -1,11 +1,8 @@
 """Checks for lab 08_libraries: devices in transformers, accelerate and safetensors.
 
-Each check builds its own tiny inputs (a two-layer GPT-2 from a config, a tokenizer's batch, a
-small safetensors file, a model with a tied weight) in ``folder``, runs the learner's function
-on them and names the misconception behind a wrong result: a batch moved by attribute, a split
-model moved with ``.to``, a meta model filled with ``to_empty``, a safetensors file loaded
-without ``device=``, shared tensors saved with ``save_file``. Nothing is downloaded; the
-libraries are imported when a check runs, not when ``labchecks`` is imported.
+Each check builds its own tiny inputs in ``folder`` (a two-layer GPT-2 from a config, a
+tokenizer's batch, a safetensors file, a model with a tied weight); nothing is downloaded, and
+the libraries are imported when a check runs, not when ``labchecks`` is imported.
 """
 
 from __future__ import annotations
@@ -22,16 +19,15 @@ from labchecks.feedback import (
     FAILED,
     PASSED,
     Feedback,
-    NotAttempted,
     call,
     device_name,
     explain,
     moved_and_dropped,
     not_a_function,
-    not_attempted,
     recorded_loads,
     recorded_to_calls,
     seeded,
+    stop_on,
 )
 from labchecks.grading import graded
 from labchecks.library_stand_ins import (
@@ -142,26 +138,21 @@ def check_move_batch(move_batch: Callable, device: str | torch.device) -> Feedba
     returned, nothing returned. Introduced in lab 08_libraries.
     """
     exercise = "Exercise 1"
-    problem = not_a_function(exercise, move_batch)
-    if problem is not None:
-        return problem
+    stop_on(not_a_function(exercise, move_batch))
     tokenizer = tiny_tokenizer()
     device = torch.device(device)
-    try:
-        for target in dict.fromkeys([_second_device(device), device]):
-            batch = tokenizer(["the model moves", "a tensor lives on the device"], padding=True,
-                              return_tensors="pt")
-            keys, before = list(batch.keys()), {k: v.clone() for k, v in batch.items()}
-            with recorded_to_calls() as moves:
-                result, error = call(move_batch, batch, target)
-            if error is not None:
-                return Feedback(exercise, FAILED, f"moving a batch to {device_name(target)}: "
-                                f"{_explain(error)}")
-            verdict = _judge_batch(result, batch, keys, before, target, moves)
-            if verdict:
-                return Feedback(exercise, FAILED, verdict)
-    except NotAttempted:
-        return not_attempted(exercise)
+    for target in dict.fromkeys([_second_device(device), device]):
+        batch = tokenizer(["the model moves", "a tensor lives on the device"], padding=True,
+                          return_tensors="pt")
+        keys, before = list(batch.keys()), {k: v.clone() for k, v in batch.items()}
+        with recorded_to_calls() as moves:
+            result, error = call(move_batch, batch, target)
+        if error is not None:
+            return Feedback(exercise, FAILED, f"moving a batch to {device_name(target)}: "
+                            f"{_explain(error)}")
+        verdict = _judge_batch(result, batch, keys, before, target, moves)
+        if verdict:
+            return Feedback(exercise, FAILED, verdict)
     return Feedback(exercise, PASSED, "every tensor of the batch is on the device you asked for, "
                                       "under its key, where model(**batch) reads it: "
                                       "batch.to(device) moves them all and returns the batch.")
@@ -236,9 +227,7 @@ def check_run_split(run_split: Callable, folder: str | os.PathLike = SCRATCH) ->
     training mode left on, CUDA asked for. Introduced in lab 08_libraries.
     """
     exercise = "Exercise 2"
-    problem = not_a_function(exercise, run_split)
-    if problem is not None:
-        return problem
+    stop_on(not_a_function(exercise, run_split))
     import transformers
 
     path = save_tiny_model(Path(folder) / "split_check", seed=82)
@@ -247,11 +236,8 @@ def check_run_split(run_split: Callable, folder: str | os.PathLike = SCRATCH) ->
     with torch.no_grad():
         expected = reference(input_ids).logits
     model = load_split(path)
-    try:
-        with to_empty_shows_its_junk():
-            result, error = call(run_split, model, input_ids.clone())
-    except NotAttempted:
-        return not_attempted(exercise)
+    with to_empty_shows_its_junk():
+        result, error = call(run_split, model, input_ids.clone())
     if error is not None:
         return Feedback(exercise, FAILED, _split_error(error))
     offloaded = model.transformer.h[1].mlp.c_fc.weight
@@ -328,9 +314,7 @@ def check_fill_model(fill_model: Callable, device: str | torch.device,
     config (random weights), the file read with ``torch.load``. Introduced in lab 08_libraries.
     """
     exercise = "Exercise 3"
-    problem = not_a_function(exercise, fill_model)
-    if problem is not None:
-        return problem
+    stop_on(not_a_function(exercise, fill_model))
     import accelerate
     import transformers
 
@@ -346,12 +330,9 @@ def check_fill_model(fill_model: Callable, device: str | torch.device,
         assigned.append(bool(kwargs.get("assign", args[1] if len(args) > 1 else False)))
         return real_load_state_dict(module, state_dict, *args, **kwargs)
 
-    try:
-        with mock.patch.object(nn.Module, "load_state_dict", recording), \
-                to_empty_shows_its_junk():
-            result, error = call(fill_model, empty, path, device)
-    except NotAttempted:
-        return not_attempted(exercise)
+    with mock.patch.object(nn.Module, "load_state_dict", recording), \
+            to_empty_shows_its_junk():
+        result, error = call(fill_model, empty, path, device)
     if error is not None:
         return Feedback(exercise, FAILED, _fill_error(error))
     if not isinstance(result, nn.Module):
@@ -441,9 +422,7 @@ def check_load_weights(load_weights: Callable, device: str | torch.device,
     thrown away, a dtype cast, keys dropped, CUDA asked for. Introduced in lab 08_libraries.
     """
     exercise = "Exercise 4"
-    problem = not_a_function(exercise, load_weights)
-    if problem is not None:
-        return problem
+    stop_on(not_a_function(exercise, load_weights))
     import safetensors
     import safetensors.torch
 
@@ -453,21 +432,18 @@ def check_load_weights(load_weights: Callable, device: str | torch.device,
     saved = seeded(lambda: {"layer.weight": torch.randn(3, 4), "layer.bias": torch.randn(3)}, 84)
     path = folder / "weights.safetensors"
     safetensors.torch.save_file(saved, path)
-    try:
-        for target in dict.fromkeys([_second_device(device), device]):
-            opened: list = []
-            with safetensors_anywhere(opened) as stand_ins, \
-                    rebind(load_weights, stand_ins), \
-                    recorded_loads() as loads, recorded_to_calls() as moves:
-                result, error = call(load_weights, path, target)
-            if error is not None:
-                return Feedback(exercise, FAILED, f"loading onto {device_name(target)}: "
-                                f"{_load_error(error)}")
-            verdict = _judge_weights(result, saved, target, opened, loads, moves)
-            if verdict:
-                return Feedback(exercise, FAILED, verdict)
-    except NotAttempted:
-        return not_attempted(exercise)
+    for target in dict.fromkeys([_second_device(device), device]):
+        opened: list = []
+        with safetensors_anywhere(opened) as stand_ins, \
+                rebind(load_weights, stand_ins), \
+                recorded_loads() as loads, recorded_to_calls() as moves:
+            result, error = call(load_weights, path, target)
+        if error is not None:
+            return Feedback(exercise, FAILED, f"loading onto {device_name(target)}: "
+                            f"{_load_error(error)}")
+        verdict = _judge_weights(result, saved, target, opened, loads, moves)
+        if verdict:
+            return Feedback(exercise, FAILED, verdict)
     return Feedback(exercise, PASSED, "the tensors landed on the device you asked for: a "
                                       "safetensors file records no device, so "
                                       "load_file(path, device=...) decides.")
@@ -530,9 +506,7 @@ def check_save_tied(save_tied: Callable, folder: str | os.PathLike = SCRATCH) ->
     a dtype cast, the learner's model untied. Introduced in lab 08_libraries.
     """
     exercise = "Exercise 5"
-    problem = not_a_function(exercise, save_tied)
-    if problem is not None:
-        return problem
+    stop_on(not_a_function(exercise, save_tied))
     import safetensors
     import safetensors.torch
 
@@ -542,10 +516,7 @@ def check_save_tied(save_tied: Callable, folder: str | os.PathLike = SCRATCH) ->
     path.unlink(missing_ok=True)
     model = seeded(TiedNet, 85)
     expected = {k: v.clone() for k, v in model.state_dict().items()}
-    try:
-        _, error = call(save_tied, model, path)
-    except NotAttempted:
-        return not_attempted(exercise)
+    _, error = call(save_tied, model, path)
     if error is not None:
         text = str(error)
         if "Some tensors share memory" in text:

@@ -1,12 +1,8 @@
 """Checks for lab 09_many_processes: fix a multi-process training script.
 
-Exercises 1 and 2 run in this process, on simulated machines (:mod:`labchecks.processes`):
-a GPU machine of a 2 x 4-GPU job, looked at as two of its processes (``LOCAL_RANK`` 1, then
-2, so that a number written where ``LOCAL_RANK`` belongs shows), then a machine without a
-GPU. A branch only a GPU machine runs is judged on the simulated one. Exercise 3 runs for
-real: the learner's function is copied into a worker script that ``torchrun`` starts on 2
-CPU processes, as two machines of one process each, and the check reads what they did.
-No exercise needs another to have run.
+Exercises 1 and 2 run in this process, on simulated machines (:mod:`labchecks.processes`): a
+GPU machine of a 2 x 4-GPU job seen as two of its processes, then a machine without a GPU.
+Exercise 3 runs for real, under torchrun, on 2 CPU processes. No exercise needs another.
 """
 
 from __future__ import annotations
@@ -30,7 +26,9 @@ from labchecks.feedback import (
     not_a_function,
     not_attempted,
     not_ready,
+    stop_on,
 )
+from labchecks.gpu_stand_in import OnMeta
 from labchecks.grading import graded
 from labchecks.processes import (
     ACCELERATOR_TOUCHES,
@@ -38,7 +36,6 @@ from labchecks.processes import (
     OTHER_CLUSTER_ENV,
     TOUCHES,
     Forbidden,
-    GpuTensors,
     as_device,
     device_index,
     fresh_model,
@@ -52,9 +49,10 @@ __all__ = ["FAILED", "NOT_ATTEMPTED", "PASSED", "Feedback", "check_rank_aware_lo
 # --- exercise 1: the device and the backend ----------------------------------------------------
 
 def _in_gpu_tensors(function: Callable, calls: list) -> Callable:
-    """``function`` run with :class:`GpuTensors` (a thread-local mode) in its own thread."""
+    """``function``, its GPU tensors made on meta and noted as ``("tensor", device)`` in
+    ``calls`` (:class:`OnMeta`, a thread-local mode, entered in the thread that runs it)."""
     def run(*args):
-        with GpuTensors(calls):
+        with OnMeta(lambda device, _: calls.append(("tensor", device))):
             return function(*args)
     return run
 
@@ -128,9 +126,7 @@ def _judge_on_gpus(exercise: str, setup_device: Callable, env: dict[str, str]) -
     with processes.gpu_machine(env) as calls:
         result, problem, _ = processes.attempt(exercise, _in_gpu_tensors(setup_device, calls))
     on_gpus = "on a machine with 4 GPUs"
-    problem = _setup_problem(exercise, calls, problem, "on a GPU machine")
-    if problem is not None:
-        return problem
+    stop_on(_setup_problem(exercise, calls, problem, "on a GPU machine"))
     pair = _as_pair(result)
     if pair is None:
         return Feedback(exercise, FAILED, f"setup_device() returned {result!r}; return a pair "
@@ -199,14 +195,10 @@ def check_setup_device(setup_device: Callable) -> Feedback:
     09_many_processes.
     """
     exercise = "Exercise 1"
-    problem = not_ready(exercise, setup_device)
-    if problem is not None:
-        return problem
+    stop_on(not_ready(exercise, setup_device))
     for env in (CLUSTER_ENV, OTHER_CLUSTER_ENV):
-        problem = _judge_on_gpus(exercise, setup_device, env)
-        if problem is not None:
-            return problem
-    with processes.machine_without_gpu() as calls:
+        stop_on(_judge_on_gpus(exercise, setup_device, env))
+    with processes.gpu_machine(gpus=0) as calls:
         result, problem, stopped = processes.attempt(exercise, setup_device)
     if stopped and any(name == "set_device" for name, _ in calls):
         return Feedback(exercise, FAILED,
@@ -214,9 +206,7 @@ def check_setup_device(setup_device: Callable) -> Feedback:
                         "fails there (there is no GPU to select): test "
                         "torch.cuda.is_available() first, and call set_device only when it is "
                         "true.")
-    problem = _setup_problem(exercise, calls, problem, "without a GPU")
-    if problem is not None:
-        return problem
+    stop_on(_setup_problem(exercise, calls, problem, "without a GPU"))
     no_gpu = "on a machine without a GPU setup_device() returned"
     pair = _as_pair(result)
     if pair is None:
@@ -367,17 +357,13 @@ def check_rank_aware_load(load_for_this_rank: Callable, folder: str = "scratch_l
     from utils.checkpoints import save_as_if_on
 
     exercise = "Exercise 2"
-    problem = not_a_function(exercise, load_for_this_rank)
-    if problem is not None:
-        return problem
+    stop_on(not_a_function(exercise, load_for_this_rank))
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, "start.pt")
     expected = fresh_model().state_dict()
     save_as_if_on({"model": expected, "epoch": 3}, path, "cuda:0")
     for env in (CLUSTER_ENV, OTHER_CLUSTER_ENV):
-        problem = _judge_gpu_load(exercise, load_for_this_rank, path, env)
-        if problem is not None:
-            return problem
+        stop_on(_judge_gpu_load(exercise, load_for_this_rank, path, env))
     with mock.patch.dict(os.environ, CLUSTER_ENV):  # launched by torchrun, here too
         loaded, problem, _ = processes.attempt(exercise, load_for_this_rank, path,
                                                torch.device("cpu"))
@@ -459,9 +445,7 @@ def check_save_on_rank_zero(save_on_rank_zero: Callable,
     Introduced in lab 09_many_processes.
     """
     exercise = "Exercise 3"
-    problem = not_ready(exercise, save_on_rank_zero)
-    if problem is not None:
-        return problem
+    stop_on(not_ready(exercise, save_on_rank_zero))
     try:
         processes.renamed_source(save_on_rank_zero, "_candidate_0")
     except (OSError, TypeError, SyntaxError, IndexError, AttributeError):

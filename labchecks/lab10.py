@@ -1,10 +1,8 @@
 """Checks for lab 10_sharded_training: what fits, and a sharded checkpoint opened on a laptop.
 
-Exercise 1 is arithmetic, checked on several models and numbers of GPUs. The checkpoint of
-exercises 2 and 3 is real: 2 processes started with torchrun shard the lab's model with FSDP2
-and save it with ``torch.distributed.checkpoint`` (:func:`labchecks.processes.run_workers`);
-the learner's function then loads it here, in one process, with no process group. The call
-has a time limit, and any error is turned into one line naming the mistake.
+The checkpoint of exercises 2 and 3 is real: written by 2 processes (FSDP2 and DCP,
+:func:`labchecks.processes.run_workers`), then loaded by the learner's function here, in one
+process with no process group.
 """
 
 from __future__ import annotations
@@ -25,9 +23,11 @@ from labchecks.feedback import (
     NOT_ATTEMPTED,
     PASSED,
     Feedback,
+    given,
     not_ready,
     refused_weights,
     state_dict_keys,
+    stop_on,
 )
 from labchecks.grading import graded
 from labchecks.processes import fresh_model
@@ -73,13 +73,9 @@ def check_bytes_per_gpu(bytes_per_gpu: Callable) -> Feedback:
     a float is fine. Introduced in lab 10_sharded_training.
     """
     exercise = "Exercise 1"
-    problem = not_ready(exercise, bytes_per_gpu)
-    if problem is not None:
-        return problem
+    stop_on(not_ready(exercise, bytes_per_gpu))
     for parameters, gpus, sharded in _SIZES:
-        answer, problem, _ = processes.attempt(exercise, bytes_per_gpu, parameters, gpus, sharded)
-        if problem is not None:
-            return problem
+        answer = given(processes.attempt(exercise, bytes_per_gpu, parameters, gpus, sharded))
         asked = f"bytes_per_gpu({parameters:_}, {gpus}, sharded={sharded})"
         if isinstance(answer, bool) or not isinstance(answer, (int, float)):
             return Feedback(exercise, FAILED, f"{asked} returned {answer!r}: return a number of "
@@ -115,10 +111,16 @@ def _sharded_checkpoint(exercise: str, folder: str) -> tuple[Path, Feedback | No
     return sharded, None
 
 
-def _plain_errors(function: Callable, texts: list[str]) -> Callable:
-    """``function``, with DCP's CheckpointException (a BaseException) turned into RuntimeError;
-    the whole text of any error it raises is appended to ``texts``."""
+def _in_one_process(exercise: str, function: Callable, *args) -> tuple[Feedback | None, str]:
+    """Run the learner's ``function(*args)`` here, without DCP's warnings about a missing
+    process group, with twice the usual time limit; return what went wrong (DCP's
+    CheckpointException, a BaseException, as a RuntimeError of its last line) and the whole
+    text of the error it raised ('' when none)."""
+    import warnings
+
     from torch.distributed.checkpoint.api import CheckpointException
+
+    texts: list[str] = []
 
     def call(*args):
         try:
@@ -131,7 +133,11 @@ def _plain_errors(function: Callable, texts: list[str]) -> Callable:
             texts.append(str(error))
             raise
 
-    return call
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        warnings.filterwarnings("ignore", category=FutureWarning)
+        _, problem, _ = processes.attempt(exercise, call, *args, limit_s=2 * processes.CALL_LIMIT_S)
+    return problem, "\n".join(texts) or (problem.message if problem else "")
 
 
 def _load_state_dict_problem(exercise: str, text: str) -> Feedback | None:
@@ -159,15 +165,9 @@ def check_load_sharded(load_sharded: Callable, folder: str = "scratch_lab10") ->
     yet, the check writes it first (one 2-process launch; lab 09's worker script, with no
     function of the learner's). Introduced in lab 10_sharded_training.
     """
-    import warnings
-
     exercise = "Exercise 2"
-    problem = not_ready(exercise, load_sharded)
-    if problem is not None:
-        return problem
-    sharded, problem = _sharded_checkpoint(exercise, folder)
-    if problem is not None:
-        return problem
+    stop_on(not_ready(exercise, load_sharded))
+    sharded = given(_sharded_checkpoint(exercise, folder))
     expected = fresh_model().state_dict()
     torch.manual_seed(123)
     model = nn.Sequential(nn.Linear(6, 10), nn.ReLU(), nn.Linear(10, 3))  # other weights
@@ -181,16 +181,10 @@ def check_load_sharded(load_sharded: Callable, folder: str = "scratch_lab10") ->
         loads.append(True)
         return real_load(*args, **kwargs)
 
-    with warnings.catch_warnings(), mock.patch.object(dcp, "load", recording_load):
-        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
-        warnings.filterwarnings("ignore", category=FutureWarning)
-        texts: list[str] = []
-        _, problem, _ = processes.attempt(exercise, _plain_errors(load_sharded, texts),
-                                          str(sharded), model,
-                                          limit_s=2 * processes.CALL_LIMIT_S)
+    with mock.patch.object(dcp, "load", recording_load):
+        problem, full = _in_one_process(exercise, load_sharded, str(sharded), model)
     if problem is not None:
         message = problem.message
-        full = "\n".join(texts) or message
         if "IsADirectoryError" in message or "is a directory" in message.lower():
             return Feedback(exercise, FAILED,
                             "torch.load opens one file; a DCP checkpoint is a folder (one file "
@@ -245,26 +239,14 @@ def check_one_file(one_file: Callable, folder: str = "scratch_lab10") -> Feedbac
     10_sharded_training.
     """
     import os
-    import warnings
 
     exercise = "Exercise 3"
-    problem = not_ready(exercise, one_file)
-    if problem is not None:
-        return problem
-    sharded, problem = _sharded_checkpoint(exercise, folder)
-    if problem is not None:
-        return problem
+    stop_on(not_ready(exercise, one_file))
+    sharded = given(_sharded_checkpoint(exercise, folder))
     path = Path(folder) / "plain.pt"
     path.unlink(missing_ok=True)
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
-        warnings.filterwarnings("ignore", category=FutureWarning)
-        texts: list[str] = []
-        _, problem, _ = processes.attempt(exercise, _plain_errors(one_file, texts),
-                                          str(sharded), str(path),
-                                          limit_s=2 * processes.CALL_LIMIT_S)
+    problem, full = _in_one_process(exercise, one_file, str(sharded), str(path))
     if problem is not None:
-        full = "\n".join(texts) or problem.message
         if "IsADirectoryError" in full or "is a directory" in full.lower():
             return Feedback(exercise, FAILED,
                             "torch.load opens one file; a DCP checkpoint is a folder. Turn it "

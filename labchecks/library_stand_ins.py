@@ -1,9 +1,6 @@
-"""Stand-ins for library behaviour that lab 08's checks need to see: ``to_empty``'s junk made
-visible, and safetensors loading onto meta, the second device of a CPU-only machine.
-
-Each is a context manager that patches a library while the learner's function runs, and
-records what the check judges afterwards (the device each safetensors open asked for).
-Introduced in lab 08_libraries.
+"""Stand-ins for library behaviour lab 08's checks need to see, each a context manager that
+patches a library while the learner's function runs: ``to_empty``'s junk made visible, and
+safetensors loading onto meta. Introduced in lab 08_libraries.
 """
 
 from __future__ import annotations

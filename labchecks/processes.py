@@ -1,21 +1,8 @@
-"""Machines the grader does not have, for labs 09 and 10: a GPU cluster, simulated, and real
-worker processes started with torchrun.
-
-A grader runs on a CPU-only machine with one process. What it cannot see there, it stages:
-
-- :func:`gpu_machine`: ``torch.cuda`` and ``torch.accelerator`` answering as on a machine with
-  4 GPUs, torchrun's variables as on the second machine of a 2 x 4-GPU job, every call
-  recorded in order, and tensors asked for on a GPU made on ``meta`` instead (recorded too);
-  :func:`machine_without_gpu` is the same for a machine with none. A learner's branch that
-  only a GPU machine runs is judged there.
-- :func:`run_workers`: the learner's function copied into a worker script that ``torchrun``
-  starts on 2 CPU processes (gloo), as on **two machines of one process each** (so
-  ``LOCAL_RANK`` is 0 on both, as it is on the first process of every machine); the learner's
-  ``dist.barrier`` is the check's own there (it gives up and says which rank never came), and
-  each rank reports what it called as one ``RESULT {json}`` line.
-
-Every call of the learner's code and every launch has a time limit. Introduced in lab
-09_many_processes.
+"""Machines the grader does not have, for labs 09 and 10: a GPU cluster, simulated
+(:func:`gpu_machine`, where a learner's branch that only a GPU machine runs is judged), and
+real worker processes started with torchrun (:func:`run_workers`, as on two machines of one
+process each). Every call of the learner's code and every launch has a time limit.
+Introduced in lab 09_many_processes.
 """
 
 from __future__ import annotations
@@ -32,10 +19,8 @@ from unittest import mock
 
 import torch
 from torch import nn
-from torch.overrides import TorchFunctionMode
 
 from labchecks.feedback import FAILED, Feedback, attempt_within
-from labchecks.gpu_stand_in import cuda_named
 
 #: What torchrun sets on the second machine of a 2 x 4-GPU job, for its second process.
 CLUSTER_ENV = {"RANK": "5", "LOCAL_RANK": "1", "WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "4",
@@ -138,37 +123,6 @@ ACCELERATOR_TOUCHES = {
 }
 
 
-class GpuTensors(TorchFunctionMode):
-    """Tensors asked for on a GPU (``device=`` a CUDA device or an index, ``.cuda()``,
-    ``.to('cuda:1')``) are made on meta instead, and recorded as ``("tensor", device)``.
-
-    A thread-local mode: enter it in the thread that runs the learner's code."""
-
-    def __init__(self, calls: list[tuple[str, object]]):
-        super().__init__()
-        self.calls = calls
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = dict(kwargs or {})
-        name = getattr(func, "__name__", "")
-        target = None
-        if "device" in kwargs and name not in ("set_device",):
-            target = cuda_named(kwargs["device"])
-            if target is not None:
-                kwargs["device"] = "meta"
-        elif name == "cuda" and args:
-            index = args[1] if len(args) > 1 else kwargs.pop("device", None)
-            target = cuda_named(index if index is not None else "cuda")
-            func, args, kwargs = torch.Tensor.to, (args[0], "meta"), {}
-        elif name == "to" and len(args) > 1:
-            target = cuda_named(args[1])
-            if target is not None:
-                args = (args[0], "meta", *args[2:])
-        if target is not None:
-            self.calls.append(("tensor", target))
-        return func(*args, **kwargs)
-
-
 def _recorder(calls: list[tuple[str, object]], name: str, result: object = 0) -> Callable:
     def record(*args, **kwargs):
         calls.append((name, args[0] if len(args) == 1 else args))
@@ -186,12 +140,13 @@ def _refuse_process_group(calls: list[tuple[str, object]]) -> Callable:
 @contextlib.contextmanager
 def gpu_machine(env: dict[str, str] = CLUSTER_ENV,
                 gpus: int = 4) -> Iterator[list[tuple[str, object]]]:
-    """torch.cuda and torch.accelerator as on a machine with ``gpus`` GPUs, torchrun's
-    variables ``env``; yields the calls made, in order.
+    """torch.cuda and torch.accelerator as on a machine with ``gpus`` GPUs (0: a machine
+    without one, where ``set_device`` fails), torchrun's variables ``env``; yields the calls
+    made, in order.
 
     ``init_process_group`` is refused (recorded, then the function is stopped): on this
     simulated machine there is no cluster to join. Tensors made on a GPU need
-    :class:`GpuTensors`, entered in the thread that runs the learner's code.
+    :class:`~labchecks.gpu_stand_in.OnMeta`, entered in the thread that runs the learner's code.
     """
     import torch.distributed as dist
 
@@ -199,6 +154,8 @@ def gpu_machine(env: dict[str, str] = CLUSTER_ENV,
 
     def set_device(device) -> None:
         calls.append(("set_device", device))
+        if not gpus:
+            raise Forbidden
         if isinstance(device, str) and device_index(device) is None:
             raise RuntimeError(f"Invalid device string: {device!r}")  # what PyTorch raises
 
@@ -207,43 +164,20 @@ def gpu_machine(env: dict[str, str] = CLUSTER_ENV,
         chosen = [device_index(d) for name, d in calls if name == "set_device"]
         return chosen[-1] if chosen and chosen[-1] is not None else 0
 
-    patches = [mock.patch.object(torch.cuda, "is_available", lambda: True),
+    patches = [mock.patch.object(torch.cuda, "is_available", lambda: gpus > 0),
                mock.patch.object(torch.cuda, "device_count", lambda: gpus),
                mock.patch.object(torch.cuda, "set_device", set_device),
-               mock.patch.object(torch.cuda, "current_device", current_device),
                mock.patch.object(dist, "init_process_group", _refuse_process_group(calls))]
-    for name in TOUCHES:
-        if name != "current_device" and hasattr(torch.cuda, name):
-            patches.append(mock.patch.object(torch.cuda, name, _recorder(calls, name)))
-    answers = {"is_available": lambda: True, "device_count": lambda: gpus,
-               "current_accelerator": lambda *a, **k: torch.device("cuda"),
-               "set_device_index": set_device, "set_device_idx": set_device,
-               "current_device_index": current_device, "current_device_idx": current_device}
-    answers.update({name: _recorder(calls, f"accelerator.{name}")
-                    for name in ACCELERATOR_TOUCHES if name not in answers})
-    with _simulated(patches, answers, env):
-        yield calls
-
-
-@contextlib.contextmanager
-def machine_without_gpu(env: dict[str, str] = CLUSTER_ENV) -> Iterator[list[tuple[str, object]]]:
-    """torch.cuda and torch.accelerator as on a machine with no GPU, torchrun's variables
-    ``env``; ``set_device`` fails as it does there. Yields the calls made."""
-    import torch.distributed as dist
-
-    calls: list[tuple[str, object]] = []
-
-    def set_device(device) -> None:
-        calls.append(("set_device", device))
-        raise Forbidden
-
-    patches = [mock.patch.object(torch.cuda, "is_available", lambda: False),
-               mock.patch.object(torch.cuda, "device_count", lambda: 0),
-               mock.patch.object(torch.cuda, "set_device", set_device),
-               mock.patch.object(dist, "init_process_group", _refuse_process_group(calls))]
-    answers = {"is_available": lambda: False, "device_count": lambda: 0,
-               "current_accelerator": lambda *a, **k: None,
+    answers = {"is_available": lambda: gpus > 0, "device_count": lambda: gpus,
+               "current_accelerator": lambda *a, **k: torch.device("cuda") if gpus else None,
                "set_device_index": set_device, "set_device_idx": set_device}
+    if gpus:
+        patches.append(mock.patch.object(torch.cuda, "current_device", current_device))
+        patches += [mock.patch.object(torch.cuda, name, _recorder(calls, name)) for name in TOUCHES
+                    if name != "current_device" and hasattr(torch.cuda, name)]
+        answers.update(current_device_index=current_device, current_device_idx=current_device)
+        answers.update({name: _recorder(calls, f"accelerator.{name}")
+                        for name in ACCELERATOR_TOUCHES if name not in answers})
     with _simulated(patches, answers, env):
         yield calls
 

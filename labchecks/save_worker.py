@@ -1,13 +1,8 @@
-"""What each of the 2 processes runs for lab 09's exercise 3 (started by
-:func:`labchecks.processes.run_workers`, never imported by a learner).
-
-The worker script is the learner's function(s), then ``main([...])``. For each function, on
-both ranks: a DDP model, then ``function(ddp, path)`` with the check's stand-ins in place
-(a barrier through the store that gives up, a slow ``torch.save`` on rank 0, sleeps and
-file polls counted, ``os.environ`` reads recorded), as on **two machines of one process
-each**: ``LOCAL_RANK`` is 0 on both ranks. Each rank then prints one ``RESULT {json}`` line.
-Arguments: folder, slow seconds per function (comma-separated), barrier grace, "shard" or
-"no", collective seconds. Introduced in lab 09_many_processes.
+"""What each of the 2 processes runs for lab 09's exercise 3: the worker script that
+:func:`labchecks.processes.run_workers` writes (the learner's functions, then ``main([...])``)
+calls :func:`main`, never a learner. Its arguments: folder, slow seconds per function
+(comma-separated), barrier grace, "shard" or "no", collective seconds. Introduced in lab
+09_many_processes.
 """
 
 from __future__ import annotations
@@ -25,6 +20,7 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import get_model_state_dict
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from labchecks.feedback import first_line
 from labchecks.processes import fresh_model
 from utils.distributed import process_group
 
@@ -58,12 +54,12 @@ class WatchedEnviron(MutableMapping):
         return dict(self.real)
 
 
-def first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return type(error).__name__ + (": " + text.splitlines()[0][:200] if text else "")
-
-
 def main(functions: list[Callable]) -> None:
+    """For each function, on both ranks: a DDP model, then ``function(ddp, path)`` with the
+    check's stand-ins in place (a barrier through the store that gives up, a slow
+    ``torch.save`` on rank 0, sleeps and file polls counted, ``os.environ`` reads recorded), as
+    on two machines of one process each (``LOCAL_RANK`` 0 on both); then one ``RESULT {json}``
+    line per function."""
     folder = sys.argv[1]
     slows = [float(s) for s in sys.argv[2].split(",") if s]
     grace_s = float(sys.argv[3])

@@ -1,15 +1,10 @@
 """Tamper detection for the teacher's grader: is the code that grades the code on disk?
 
-A learner's notebook runs in the same kernel as the grader, so its code could replace a
-check, the feedback that reports it, or IPython's machinery that shows a cell's value (the
-score nbgrader reads). :func:`tampering` lists what was replaced; labchecks/grading.py's
-:func:`~labchecks.grading.grade` gives 0 points and says "not graded" when the list is not
-empty. The grader loads this file afresh from the teacher's disk (never through
-``sys.modules``, which code in the notebook can change), so a replaced copy of this module
-cannot vouch for itself.
-
-Used by labchecks/grading.py only; the trust model is in docs/teaching.md, "What grading
-protects".
+A learner's notebook runs in the grader's kernel, so its code could replace a check, the
+feedback or IPython's machinery that shows the score. :func:`tampering` lists what was
+replaced, and labchecks/grading.py's :func:`~labchecks.grading.grade` then gives 0 points. The
+grader loads this file afresh from disk (never through ``sys.modules``), so a replaced copy
+cannot vouch for itself. The trust model is in docs/teaching.md, "What grading protects".
 """
 
 from __future__ import annotations
@@ -37,8 +32,9 @@ def tampering() -> list[str]:
     checks = _here().parent  # the checks' package, and the utils package beside or above it
     roots = [checks, *(d for d in (checks.parent, checks.parent / "utils")
                        if d.name == "utils" and d.is_dir())]
-    names = [name for name, module in list(sys.modules.items()) if file_of(module) is not None
-             and any(file_of(module).is_relative_to(root) for root in roots)]
+    files = {name: file_of(module) for name, module in list(sys.modules.items())}
+    names = [name for name, file in files.items()
+             if file is not None and any(file.is_relative_to(root) for root in roots)]
     problems = []
     for name in names + [m for m in OUTPUT_MACHINERY if m in sys.modules]:
         problems += _module_changes(name)
@@ -71,6 +67,13 @@ def file_of(module) -> Path | None:
     path = getattr(module, "__file__", None)
     if not isinstance(path, str) or not path.endswith(".py"):
         return None
+    return _resolved(path)
+
+
+@functools.cache
+def _resolved(path: str) -> Path:
+    """``path`` with its links resolved, once per path: every module's file is asked for at
+    each grade (thousands with torch loaded), and resolving walks each part of the path."""
     return Path(path).resolve()
 
 

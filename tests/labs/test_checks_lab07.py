@@ -380,6 +380,13 @@ WRONG_TRAININGS = {
 
 
 @functools.cache
+def verdict(check, answer) -> Feedback:
+    """``check(answer)``, judged once: a table's test and the test of its distinct messages
+    share it."""
+    return check(answer)
+
+
+@functools.cache
 def training_verdict(mistake: str) -> Feedback:
     return checks.check_fast_training(make_loop(**{mistake: True}), OTHER)
 
@@ -559,7 +566,7 @@ def weights(model):
                    for p in m.parameters()), "in the parameter's own dtype"),
 ])
 def test_adam_bytes_names_each_mistake(adam_bytes, phrase):
-    assert_one_line(_status(checks.check_adam_bytes(adam_bytes), FAILED, phrase))
+    assert_one_line(_status(verdict(checks.check_adam_bytes, adam_bytes), FAILED, phrase))
 
 
 def test_adam_bytes_stub_is_not_attempted():
@@ -783,7 +790,7 @@ def weights_only(model, features, budget):
     (lambda m, f, b: None, "returned None"),
 ])
 def test_largest_batch_names_each_mistake(largest_batch, phrase):
-    assert_one_line(_status(checks.check_largest_batch(largest_batch), FAILED, phrase))
+    assert_one_line(_status(verdict(checks.check_largest_batch, largest_batch), FAILED, phrase))
 
 
 def batch_with(model, features, budget, **options):
@@ -840,7 +847,7 @@ def test_wrong_answers_get_messages_of_their_own(test, check, distinct):
     # the few that share a message give the same number: the weights alone and 4 bytes a
     # number (float32), or SGD and no optimizer, inference with or without Adam
     answers = [answer for answer, _ in test.pytestmark[0].args[1]]
-    assert len({check(answer).message for answer in answers}) == distinct
+    assert len({verdict(check, answer).message for answer in answers}) == distinct
 
 
 def test_the_labs_own_slow_loop_is_the_checks_reference():

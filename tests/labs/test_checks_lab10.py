@@ -24,10 +24,10 @@ from labchecks import processes
 
 @pytest.fixture(scope="module")
 def judged(tmp_path_factory):
-    """One real launch writes the checkpoint every answer loads; yields its folder."""
+    """One real launch writes the checkpoint every answer loads: exercise 2's check, given a
+    right answer and an empty folder, starts it itself. Yields the folder and that verdict."""
     folder = tmp_path_factory.mktemp("lab10")
-    processes.run_workers(Path(folder), [], shard=True, timeout_s=240)
-    return (folder,)
+    return folder, checks.check_load_sharded(load_in_place, folder=str(folder))
 
 
 # --- exercise 1: load_sharded -------------------------------------------------------------------
@@ -184,10 +184,10 @@ def test_load_sharded_names_each_mistake(judged, answer, phrase):
     assert ".cpp" not in feedback.message
 
 
-def test_load_sharded_alone_writes_its_own_checkpoint(tmp_path):
-    # no exercise 3 before it: the check starts the 2 processes itself
-    _status(checks.check_load_sharded(load_in_place, folder=str(tmp_path)), checks.PASSED)
-    assert (tmp_path / "sharded" / ".metadata").exists()
+def test_load_sharded_alone_writes_its_own_checkpoint(judged):
+    # no exercise 3 before it: the check started the 2 processes itself (the fixture's launch)
+    _status(judged[1], checks.PASSED)
+    assert (judged[0] / "sharded" / ".metadata").exists()
 
 
 def test_load_sharded_stub_is_not_attempted(tmp_path):
