@@ -98,6 +98,8 @@ def main() -> None:
         by_kind[kind(command)] += cpu
         count[kind(command)] += 1
         by_file[test.split("::")[0] or "(started outside a test)"] += cpu
+    if done.returncode:  # say what failed: a failed run's figures are not a measurement
+        print("\n".join((done.stdout + done.stderr).splitlines()[-30:]) + "\n")
     print(f"make test: exit {done.returncode}, {wall:.0f} s wall, "
           f"{sum(by_kind.values()):.0f} s of CPU seen in {len(rows)} processes\n")
     print("CPU seconds by kind of process:")
