@@ -266,6 +266,7 @@ def collapse_optional_parts(notebook: nbformat.NotebookNode, cells: list) -> lis
     earlier run on a cell that is no longer optional is removed, so the result depends on the
     cells alone.
     """
+    split_optional_headings(cells)
     folded = []
     for cell in cells:
         optional_heading = cell.cell_type == "markdown" and any(
@@ -296,6 +297,31 @@ def collapse_optional_parts(notebook: nbformat.NotebookNode, cells: list) -> lis
     if not colab:
         notebook.metadata.pop("colab")
     return folded
+
+
+def split_optional_headings(cells: list) -> None:
+    """Leave each optional heading ("Going deeper", "On a CPU-only machine") alone in its cell.
+
+    JupyterLab folds the cells *after* a collapsed heading, not the rest of the heading's own
+    cell: text written under the heading in the same cell stays on screen with the section
+    closed (in notebook 06, about 1,000 words of depth). That text moves to a markdown cell of
+    its own right after the heading (id: the heading cell's id with ``-text``), which the fold
+    then hides. Changes ``cells`` in place; a heading already alone is left as it is."""
+    index = 0
+    while index < len(cells):
+        cell = cells[index]
+        index += 1
+        if cell.cell_type != "markdown":
+            continue
+        first, _, rest = source(cell).partition("\n")
+        found = reading_time.headings(first)
+        if not (found and reading_time.is_optional_heading(found[0][1]) and rest.strip()):
+            continue
+        cell["source"] = first
+        body = nbformat.v4.new_markdown_cell(rest.strip("\n"))
+        body["id"] = f"{cell.get('id', 'optional')}-text"[:64]
+        cells.insert(index, body)
+        index += 1
 
 
 #: The first line of every check cell: what a folded cell shows (JupyterLab 4 shows a folded

@@ -177,6 +177,33 @@ def test_an_optional_heading_is_the_first_heading_of_its_cell():
                               "heading, so JupyterLab cannot fold it: start a new cell with it")
 
 
+def test_a_closed_optional_heading_shows_nothing_under_it():
+    """JupyterLab folds the cells after a collapsed heading, not the rest of the heading's cell."""
+    for path in lessons.lesson_notebooks() + lessons.student_labs():
+        for cell in nbformat.read(path, as_version=4).cells:
+            if cell.cell_type != "markdown":
+                continue
+            first, _, rest = build_nav.source(cell).partition("\n")
+            found = reading_time.headings(first)
+            if found and reading_time.is_optional_heading(found[0][1]):
+                assert not rest.strip(), (f"{path.name} cell {cell.id}: text under {first!r} in "
+                                          "the same cell shows with the section closed: make nav")
+
+
+def test_make_nav_moves_the_text_under_an_optional_heading_to_a_cell_of_its_own():
+    heading = nbformat.v4.new_markdown_cell("### Going deeper: why\n\nDepth a first read skips.")
+    plain = nbformat.v4.new_markdown_cell("## 2. A section\n\nText of the main flow.")
+    cells = [heading, plain]
+    build_nav.split_optional_headings(cells)
+    assert [c.source for c in cells] == ["### Going deeper: why", "Depth a first read skips.",
+                                         plain.source]
+    assert cells[1].id == f"{heading.id}-text"
+    build_nav.split_optional_headings(cells)  # a second run changes nothing
+    assert len(cells) == 3
+    assert reading_time.estimate_cells(cells).main.words == reading_time.estimate_cells(
+        [plain]).main.words  # what the fold hides is what the estimate leaves out
+
+
 def test_the_readme_table_reads_the_notebooks_about_to_be_written():
     # `make nav` folds parts of a notebook and writes the README in one pass: the table's
     # reading times must come from the notebooks as written, not as they were on disk.
