@@ -188,6 +188,10 @@ def shell():
     yield ipython
     ipython.set_custom_exc((), None)
     ipython.__dict__.pop("_explain_errors_on", None)
+    # No shell left behind for the tests that run next in this process: get_ipython() would
+    # return it, and the grader's tamper check (tests/labs/test_grading.py) would find its
+    # display hook, which is not sys.displayhook outside a cell, "replaced".
+    InteractiveShell.clear_instance()
 
 
 def test_the_hook_shows_the_entry_right_under_the_unchanged_traceback(shell, capsys):
