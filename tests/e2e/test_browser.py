@@ -234,7 +234,7 @@ PANEL_JS = """path => Array.from(window.jupyterapp.shell.widgets('main'))
 # each). Before the next notebook joins it, the widgets of the one before are closed, so the new
 # page restores none of them. Each notebook's setup cell runs again in it; what this test checks
 # (errors only where tagged, every cell run, widgets rendered and answering) is the front end's.
-OPEN_JS = """async ([path, activate]) => {
+OPEN_JS = """async path => {
   const app = window.jupyterapp;
   let kernel = undefined;
   if (window.lessonsKernel) {
@@ -245,11 +245,11 @@ OPEN_JS = """async ([path, activate]) => {
     kernel = {id: window.lessonsKernel.id};
   }
   const panel = (""" + PANEL_JS + """)(path) || await app.commands.execute('docmanager:open',
-      {path, factory: 'Notebook', kernel, options: {activate}});
+      {path, factory: 'Notebook', kernel});
   await panel.sessionContext.ready;
   const model = panel.sessionContext.session.kernel.model;
   window.lessonsKernel = {id: model.id, name: model.name};
-  if (activate) { app.shell.activateById(panel.id); }
+  app.shell.activateById(panel.id);
 }"""
 
 # Run All on this notebook: make it the current one first, since the command acts on that.
@@ -300,10 +300,6 @@ CLOSE_JS = """path => { (""" + PANEL_JS + """)(path).dispose(); }"""
 
 EXPAND_JS = "() => window.jupyterapp.commands.execute('notebook:expand-all-headings')"
 
-#: How many notebooks ahead are opened while one runs: none, since they share one kernel.
-LOOKAHEAD = 0
-
-
 def _first_quiz_call(sources: list[str]) -> tuple[list[str], str, dict] | None:
     """(choices, answer, explanations) of the first utils.quiz(...) call in the sources."""
     for source in sources:
@@ -320,12 +316,10 @@ def _path(notebook: Path) -> str:
 
 
 def _run_all(page, notebook: Path) -> list[dict]:
-    """Open ``notebook`` (and the next ones, in the background), Run All; return its cells."""
-    index = NOTEBOOKS.index(notebook)
-    for upcoming in NOTEBOOKS[index + 1 : index + 1 + LOOKAHEAD]:
-        page.evaluate(OPEN_JS, [_path(upcoming), False])
+    """Open ``notebook`` on the shared kernel (one notebook at a time: two open on one kernel
+    fail to render their widgets), Run All; return its cells."""
     path = _path(notebook)
-    page.evaluate(OPEN_JS, [path, True])
+    page.evaluate(OPEN_JS, path)
     page.wait_for_function(READY_JS, arg=path, timeout=WAIT_MS, polling=250)
     page.evaluate(RUN_ALL_JS, path)
     page.evaluate("() => { window.lessonsIdleSince = null; }")
