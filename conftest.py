@@ -19,8 +19,10 @@ os.environ["LESSONS_WIDGETS"] = "text"
 
 
 def pytest_configure(config):
-    """Run every notebook cell under the rules of real accelerators (tests/plugins/)."""
+    """Run every notebook cell under the rules of real accelerators, in kernels forked from one
+    that imported torch already (tests/plugins/)."""
     config.pluginmanager.import_plugin("tests.plugins.accelerator_rules_plugin")
+    config.pluginmanager.import_plugin("tests.plugins.warm_kernels")
 
 
 # The longest files first. `make test` runs with `-n 3 --dist loadscope --no-loadscope-reorder`:

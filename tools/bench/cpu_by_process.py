@@ -28,6 +28,10 @@ def kind(command: str) -> str:
     """The kind of process a command line belongs to."""
     if "chrom" in command:
         return "Chromium"
+    if "warm_kernels.py serve" in command:  # tests/plugins/warm_kernels.py: same command line
+        return "Jupyter kernel (warm: a zygote or a kernel forked from it)"
+    if "warm_kernels.py --" in command:
+        return "Jupyter kernel (warm: its client)"
     if "ipykernel" in command:
         return "Jupyter kernel"
     if "torch.distributed.run" in command:
