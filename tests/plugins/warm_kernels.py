@@ -40,7 +40,11 @@ FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT,
 
 
 def kernel_argv(original: list[str]) -> list[str]:
-    """The kernel command nbval will run: this file as a client, then the original command."""
+    """The kernel command to run instead: this file as a client, then the original command
+    (with ``python`` spelled as jupyter_client would run it: this Python)."""
+    if original and original[0] in ("python", f"python{sys.version_info[0]}",
+                                     "python{}.{}".format(*sys.version_info[:2])):
+        original = [sys.executable, *original[1:]]
     return [sys.executable, os.path.abspath(__file__), "--", *original]
 
 
@@ -100,6 +104,21 @@ def pytest_configure(config):
         return spec
 
     ipykernel.kernelspec.get_kernel_dict = warm_kernel_dict
+
+    # nbclient's kernels (tests that run a notebook with NotebookClient and kernel "python3")
+    # come from the installed kernel.json instead: the same command, made warm the same way.
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    found = KernelSpecManager.get_kernel_spec
+
+    def warm_kernel_spec(self, kernel_name):
+        spec = found(self, kernel_name)
+        if (spec.argv[1:3] == ["-m", "ipykernel_launcher"] and "warm_kernels.py" not in
+                " ".join(spec.argv) and _start_zygote()):
+            spec.argv = kernel_argv(spec.argv)
+        return spec
+
+    KernelSpecManager.get_kernel_spec = warm_kernel_spec
 
 
 def pytest_unconfigure(config):
