@@ -105,21 +105,6 @@ def pytest_configure(config):
 
     ipykernel.kernelspec.get_kernel_dict = warm_kernel_dict
 
-    # nbclient's kernels (tests that run a notebook with NotebookClient and kernel "python3")
-    # come from the installed kernel.json instead: the same command, made warm the same way.
-    from jupyter_client.kernelspec import KernelSpecManager
-
-    found = KernelSpecManager.get_kernel_spec
-
-    def warm_kernel_spec(self, kernel_name):
-        spec = found(self, kernel_name)
-        if (spec.argv[1:3] == ["-m", "ipykernel_launcher"] and "warm_kernels.py" not in
-                " ".join(spec.argv) and _start_zygote()):
-            spec.argv = kernel_argv(spec.argv)
-        return spec
-
-    KernelSpecManager.get_kernel_spec = warm_kernel_spec
-
 
 def pytest_unconfigure(config):
     if _zygote is not None:

@@ -32,7 +32,8 @@ seen = {
     "own_group": os.getpgid(0) == os.getpid(),
     "signals": {n: repr(signal.getsignal(getattr(signal, n)))
                 for n in ("SIGINT", "SIGTERM", "SIGCHLD", "SIGHUP")},
-    "threads": sorted(t.name.split("-")[0] for t in threading.enumerate()),
+    "threads": sorted(t.name for t in threading.enumerate()  # ipykernel's, by name; not
+                      if not t.name.startswith("Thread-")),  # short-lived helper threads
     "draw": int(numpy.random.randint(0, 2**31)),
     "main": sys.modules["__main__"].__class__.__name__,
 }

@@ -6,7 +6,9 @@ Runs `make test` while it reads /proc four times a second: every process started
 repository (or in a temporary folder) is kept with its last CPU time (user + system), its command
 line and the test that started it (``PYTEST_CURRENT_TEST`` in its environment). Prints the CPU
 by kind of process and by test file. A process that lives less than a quarter of a second may be
-missed, so the total is a little under what ``time make test`` reports (user + sys). Linux only;
+missed, so the total is a little under what ``time make test`` reports (user + sys). A kernel
+forked from a zygote (tests/plugins/warm_kernels.py) keeps the zygote's command line and, in
+/proc, its environment: its CPU counts under the test that started the zygote. Linux only;
 it measures, it asserts nothing, and no test runs it.
 """
 
