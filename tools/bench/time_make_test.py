@@ -36,6 +36,18 @@ def file_of(case: ET.Element) -> str:
     return name[: -len("/ipynb")] + ".ipynb" if name.endswith("/ipynb") else name + ".py"
 
 
+def _failures(report: Path) -> str:
+    """Each failed test's message and the end of its traceback, from the junit report."""
+    if not report.exists():
+        return ""
+    found = []
+    for case in ET.parse(report).getroot().iter("testcase"):
+        for failure in [*case.iter("failure"), *case.iter("error")]:
+            found.append(f"\n--- {case.get('classname')}::{case.get('name')}\n"
+                         + "\n".join((failure.text or "").splitlines()[-25:]))
+    return "".join(found)
+
+
 def one_run(folder: Path, number: int) -> tuple[float, dict[str, float]]:
     report = folder / f"run{number}.xml"
     started = time.perf_counter()
@@ -44,7 +56,8 @@ def one_run(folder: Path, number: int) -> tuple[float, dict[str, float]]:
                           text=True)
     if done.returncode:  # a failed run is no measurement: say what failed, then stop
         raise SystemExit(f"run {number}: make test failed (exit {done.returncode}):\n"
-                         + "\n".join((done.stdout + done.stderr).splitlines()[-40:]))
+                         + "\n".join((done.stdout + done.stderr).splitlines()[-40:])
+                         + _failures(report))
     wall = time.perf_counter() - started
     per_file: dict[str, float] = defaultdict(float)
     for case in ET.parse(report).getroot().iter("testcase"):
