@@ -87,9 +87,9 @@ def test_child_stderr_collects_what_a_child_process_writes_to_stderr():
 
 
 FAILING = """\
-import torch.distributed as dist
+import os; import torch.distributed as dist
 from utils.distributed import process_group
-
+assert int(os.environ["MASTER_PORT"]) > 0  # torchrun sets a real port (notebook 09 says so)
 with process_group(timeout_s=30) as me:
     print(f"hello from rank {me.rank} of {me.world_size} on {me.backend}", flush=True)
     dist.barrier()  # both have printed before rank 1 gives up (else rank 0 may be killed first)
