@@ -37,6 +37,10 @@ PER_KERNEL = {"JPY_PARENT_PID", "JPY_SESSION_NAME", "PYTEST_CURRENT_TEST",
 NAMESPACES = ("net", "mnt", "user", "pid")
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT,
              signal.SIGUSR1, signal.SIGUSR2)
+#: Signals whose disposition a kernel inherits: ignored ones stay ignored across exec (`nohup`
+#: ignores SIGHUP for everything it starts), the others start at their default.
+INHERITED = (*FORWARDED, signal.SIGCHLD, signal.SIGPIPE, signal.SIGXFSZ, signal.SIGALRM,
+             signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU)
 
 
 def kernel_argv(original: list[str]) -> list[str]:
@@ -143,8 +147,10 @@ def client(original: list[str]) -> None:
         try:
             conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             conn.connect(path)
+            ignored = [int(signum) for signum in INHERITED
+                       if signal.getsignal(signum) == signal.SIG_IGN]
             _send(conn, {"argv": original, "cwd": os.getcwd(), "env": dict(os.environ),
-                         "namespaces": _namespaces()}, fds=[0, 1, 2])
+                         "namespaces": _namespaces(), "ignored": ignored}, fds=[0, 1, 2])
             replies = _lines(conn)
             reply = next(replies)
             pid = reply.get("pid")
@@ -304,10 +310,13 @@ def _become_kernel(conn, listener, fds, request) -> None:
 
     atexit._clear()  # the zygote's exit handlers are not the kernel's
     signal.set_wakeup_fd(-1)
-    for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1,
-                   signal.SIGUSR2, signal.SIGCHLD):
-        signal.signal(signum, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    for signum in INHERITED:  # as the client's exec left them (Python's own choices included)
+        if signum in request["ignored"]:
+            signal.signal(signum, signal.SIG_IGN)
+        elif signum == signal.SIGINT:
+            signal.signal(signum, signal.default_int_handler)
+        else:
+            signal.signal(signum, signal.SIG_DFL)
     listener.close()
     conn.close()
     os.setsid()  # the kernel and what it starts: one group, signalled as a whole

@@ -31,7 +31,7 @@ seen = {
     "parent_handle": IPKernelApp.instance().parent_handle,
     "own_group": os.getpgid(0) == os.getpid(),
     "signals": {n: repr(signal.getsignal(getattr(signal, n)))
-                for n in ("SIGINT", "SIGTERM", "SIGCHLD", "SIGHUP")},
+                for n in ("SIGINT", "SIGTERM", "SIGCHLD", "SIGHUP", "SIGPIPE", "SIGUSR1")},
     "threads": sorted(t.name for t in threading.enumerate()  # ipykernel's, by name; not
                       if not t.name.startswith(("Thread-", "asyncio_",  # helper threads
                                                 "ThreadPoolExecutor-"))),  # that come and go
@@ -154,3 +154,20 @@ def test_a_killed_client_takes_its_kernel_with_it(kernels):
     while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not Path(f"/proc/{pid}").exists()
+
+
+def test_a_signal_ignored_by_the_starter_is_ignored_by_a_warm_kernel_too(kernels):
+    import signal
+
+    before = signal.signal(signal.SIGHUP, signal.SIG_IGN)  # as under `nohup make test`
+    started = []
+    try:
+        started = [_start(warm) for warm in (False, True)]
+        fresh, warm = (_look(client)["signals"] for _, client in started)
+    finally:
+        signal.signal(signal.SIGHUP, before)
+        for manager, client in started:
+            client.stop_channels()
+            manager.shutdown_kernel(now=True)
+    assert fresh["SIGHUP"] == "<Handlers.SIG_IGN: 1>"
+    assert warm == fresh
