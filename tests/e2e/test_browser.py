@@ -360,9 +360,16 @@ def test_notebook_runs_all_in_jupyterlab_with_widgets_rendered(browser_page, not
             page.evaluate(EXPAND_JS)
             first = page.locator(f"{CURRENT} .lessons-quiz").first
             first.scroll_into_view_if_needed()
-            first.locator(".lessons-quiz-choice").first.click()
             feedback = first.locator(".lessons-quiz-feedback")
-            feedback.wait_for(timeout=WAIT_MS)
+            # Unfolding re-renders the cells: a click that lands while the quiz's view is
+            # replaced is lost (a full run under load timed out here, 2026-12-02). Click again, as a
+            # reader would, a few times; a quiz that never answers still fails.
+            for _attempt in range(4):
+                first.locator(".lessons-quiz-choice").first.click()
+                with contextlib.suppress(PlaywrightTimeout):
+                    feedback.wait_for(timeout=WAIT_MS // 4)
+                    break
+            feedback.wait_for(timeout=1_000)
             right, text = quiz_feedback(choices[0], choices, answer, explanations)
             mark = "✔" if right else "✘"
             assert feedback.inner_text().strip() == f"{mark} {text.replace('`', '')}"
