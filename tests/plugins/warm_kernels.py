@@ -6,8 +6,8 @@ cores (docs/runs.md, "Time and memory"). Here each pytest process starts one *zy
 file, run as ``serve``) that imports them once; nbval's kernel command becomes this file as a
 small client, which asks the zygote to fork, and the forked child runs
 ``python -m ipykernel_launcher`` exactly as the fresh kernel would: same arguments, working
-folder, environment, ``sys.path[0]`` and stdio, a session of its own, numpy's global generator
-reseeded. The kernel is as real as before; only its imports were done earlier.
+folder, environment, ``sys.path[0]``, stdio and ignored signals, in a session of its own. The
+kernel is as real as before; only its imports were done earlier.
 
 A kernel is forked only where that changes nothing it could see: the client's environment equals
 the zygote's (apart from the variables in :data:`PER_KERNEL`), it runs the same Python, and it is
@@ -17,7 +17,9 @@ the client execs the ordinary kernel command instead. The client forwards signal
 interrupt reaches the kernel and what it started, as with killpg) and exits with the kernel's
 status; the zygote kills a kernel whose client died, and everything when pytest ends.
 
-``LESSONS_WARM_KERNELS=0`` turns it off (every kernel starts fresh, as before).
+``LESSONS_WARM_KERNELS=0`` turns it off (every kernel starts fresh, as before);
+``LESSONS_WARM_KERNELS_DEBUG=1`` makes each client say on stderr why its kernel was or was not
+forked.
 tests/unit/test_warm_kernels.py shows what a warm kernel sees.
 """
 
@@ -44,11 +46,7 @@ INHERITED = (*FORWARDED, signal.SIGCHLD, signal.SIGPIPE, signal.SIGXFSZ, signal.
 
 
 def kernel_argv(original: list[str]) -> list[str]:
-    """The kernel command to run instead: this file as a client, then the original command
-    (with ``python`` spelled as jupyter_client would run it: this Python)."""
-    if original and original[0] in ("python", f"python{sys.version_info[0]}",
-                                     "python{}.{}".format(*sys.version_info[:2])):
-        original = [sys.executable, *original[1:]]
+    """The kernel command to run instead: this file as a client, then the original command."""
     return [sys.executable, os.path.abspath(__file__), "--", *original]
 
 
@@ -74,10 +72,7 @@ def _lines(conn: socket.socket):
     """Yield the JSON messages that arrive on ``conn``, one per line, until it closes."""
     buffered = b""
     while True:
-        try:
-            chunk = conn.recv(65536)
-        except InterruptedError:
-            continue
+        chunk = conn.recv(65536)  # retried by Python when a forwarded signal interrupts it
         if not chunk:
             return
         buffered += chunk

@@ -71,7 +71,7 @@ def _pid(client) -> int:
 
 
 @pytest.fixture(scope="module")
-def kernels(monkeypatch_module):
+def kernels():
     assert warm_kernels._start_zygote()  # first: the fresh kernel's environment is the same
     started = {}
     for name, warm in (("fresh", False), ("warm", True), ("warm again", True)):
@@ -80,13 +80,6 @@ def kernels(monkeypatch_module):
     for manager, client in started.values():
         client.stop_channels()
         manager.shutdown_kernel(now=True)
-
-
-@pytest.fixture(scope="module")
-def monkeypatch_module():
-    patch = pytest.MonkeyPatch()
-    yield patch
-    patch.undo()
 
 
 def test_a_warm_kernel_is_forked_from_the_zygote(kernels):
@@ -133,8 +126,8 @@ def test_an_interrupt_reaches_a_warm_kernel(kernels):
     assert time.perf_counter() - started < 10
 
 
-def test_a_kernel_with_another_environment_starts_fresh(kernels, monkeypatch_module):
-    monkeypatch_module.setenv("LESSONS_SOMETHING_NEW", "1")  # the zygote did not see it
+def test_a_kernel_with_another_environment_starts_fresh(kernels, monkeypatch):
+    monkeypatch.setenv("LESSONS_SOMETHING_NEW", "1")  # the zygote did not see it
     manager, client = _start(warm=True)
     try:
         pid = _pid(client)
@@ -142,7 +135,6 @@ def test_a_kernel_with_another_environment_starts_fresh(kernels, monkeypatch_mod
     finally:
         client.stop_channels()
         manager.shutdown_kernel(now=True)
-    monkeypatch_module.delenv("LESSONS_SOMETHING_NEW")
 
 
 def test_a_killed_client_takes_its_kernel_with_it(kernels):
