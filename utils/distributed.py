@@ -46,7 +46,10 @@ def torchrun(script: str | os.PathLike, nproc: int = 2, args: Sequence[str] = ()
     environment = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
                    "PYTHONUNBUFFERED": "1"}
     with tempfile.TemporaryDirectory(prefix="torchrun-logs-") as log_dir:
-        launcher = [sys.executable, "-m", "torch.distributed.run", "--redirects", "3",
+        # PYTHON_EXEC, if set, is the Python torchrun runs its workers with; torchrun itself
+        # runs with it too (the tests point it at processes that imported torch already).
+        python = os.environ.get("PYTHON_EXEC", sys.executable)
+        launcher = [python, "-m", "torch.distributed.run", "--redirects", "3",
                     "--log-dir", log_dir, *command[1:]]
         process = subprocess.Popen(launcher, env=environment, stdout=subprocess.PIPE,
                                    stderr=subprocess.STDOUT, text=True)

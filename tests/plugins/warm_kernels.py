@@ -19,7 +19,8 @@ status; the zygote kills a kernel whose client died, and everything when pytest 
 
 ``LESSONS_WARM_KERNELS=0`` turns it off (every kernel starts fresh, as before);
 ``LESSONS_WARM_KERNELS_DEBUG=1`` makes each client say on stderr why its kernel was or was not
-forked.
+forked; ``LESSONS_WARM_KERNELS_DEBUG=/tmp/warm.log`` appends the same lines, one per kernel or
+launched process, to that file (what a whole `make test` forked, and what it started fresh).
 tests/unit/test_warm_kernels.py shows what a warm kernel sees.
 """
 
@@ -35,7 +36,23 @@ SOCKET_VAR = "LESSONS_KERNEL_ZYGOTE"
 SWITCH_VAR = "LESSONS_WARM_KERNELS"
 #: Set by jupyter_client (or pytest) for each kernel; nothing imported earlier reads them.
 PER_KERNEL = {"JPY_PARENT_PID", "JPY_SESSION_NAME", "PYTEST_CURRENT_TEST",
-              "PYDEVD_DISABLE_FILE_VALIDATION"}
+              "PYDEVD_DISABLE_FILE_VALIDATION", "LESSONS_WARM_KERNELS_DEBUG"}
+#: Set per process by torchrun for each worker (torch/distributed/elastic/agent/server/
+#: local_elastic_agent.py), by utils.torchrun (PYTHONUNBUFFERED, OMP_NUM_THREADS: the fork
+#: applies both), by ipykernel in a kernel that launches (TERM, FORCE_COLOR, ...), by torch in
+#: it (TORCHINDUCTOR_CACHE_DIR, read when first needed) or by the shell of PYTHON_EXEC (PWD):
+#: nothing the zygote imported reads them on import. A script's other variables must equal
+#: the zygote's.
+PER_LAUNCH = {"LOCAL_RANK", "RANK", "GROUP_RANK", "ROLE_RANK", "ROLE_NAME", "LOCAL_WORLD_SIZE",
+              "WORLD_SIZE", "GROUP_WORLD_SIZE", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+              "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID",
+              "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE",
+              "TORCHELASTIC_SIGNALS_TO_HANDLE", "PWD",
+              "TORCH_NCCL_ASYNC_ERROR_HANDLING", "PYTHONUNBUFFERED", "OMP_NUM_THREADS",
+              "TERM", "CLICOLOR", "CLICOLOR_FORCE", "FORCE_COLOR", "PAGER", "GIT_PAGER",
+              "MPLBACKEND", "PYDEVD_USE_FRAME_EVAL", "TORCHINDUCTOR_CACHE_DIR"}
+EXEC_VAR = "PYTHON_EXEC"
+FOLDER_PREFIX = "warm-kernels-"  # torchrun's own name for the Python that runs its workers
 NAMESPACES = ("net", "mnt", "user", "pid")
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT,
              signal.SIGUSR1, signal.SIGUSR2)
@@ -48,6 +65,33 @@ INHERITED = (*FORWARDED, signal.SIGCHLD, signal.SIGPIPE, signal.SIGXFSZ, signal.
 def kernel_argv(original: list[str]) -> list[str]:
     """The kernel command to run instead: this file as a client, then the original command."""
     return [sys.executable, os.path.abspath(__file__), "--", *original]
+
+
+def python_wrapper(folder: str) -> str:
+    """Write ``folder/python``: an executable that runs this client before ``python ARGS``."""
+    import shlex
+
+    path = os.path.join(folder, "python")
+    with open(path, "w") as handle:
+        handle.write("#!/bin/sh\nexec " + shlex.join([sys.executable, os.path.abspath(__file__),
+                                                     "--", sys.executable]) + ' "$@"\n')
+    os.chmod(path, 0o755)
+    return path
+
+
+def python_command(argv: list[str]) -> tuple[bool, str, str, list[str]] | None:
+    """``[python, -u, script, ARGS]`` or ``[python, -m, module, ARGS]`` as
+    (unbuffered, "script" or "module", its name, ARGS); None for any other command line."""
+    if not argv or argv[0] != sys.executable:
+        return None
+    unbuffered, rest = False, argv[1:]
+    while rest and rest[0] == "-u":
+        unbuffered, rest = True, rest[1:]
+    if len(rest) >= 2 and rest[0] == "-m" and rest[1] != "ipykernel_launcher":
+        return unbuffered, "module", rest[1], rest[2:]
+    if rest and not rest[0].startswith("-"):
+        return unbuffered, "script", rest[0], rest[1:]
+    return None
 
 
 def _namespaces() -> dict[str, str]:
@@ -84,16 +128,24 @@ def _lines(conn: socket.socket):
 # --- in pytest: start the zygote, point nbval at the client -------------------------------
 
 _zygote = None
+_folder = ""  # this process's: the zygote's socket, the PYTHON_EXEC wrapper
+_ready: bool | None = None  # whether the zygote said "ready" (None: not read yet)
+_FRESH_FILTERS: list = []  # the warning filters a script sees (set in the zygote)
 _fresh_kernel_dict = None  # nbval's own kernel command, kept for tests/unit/test_warm_kernels.py
 
 
 def pytest_configure(config):
-    """Make nbval's kernel command the client (the zygote starts with the first kernel)."""
+    """Make nbval's kernel command the client, and PYTHON_EXEC the launches' (the zygote starts
+    with the first kernel; in an xdist worker, once the tests are collected)."""
+    global _fresh_kernel_dict, _folder
+    if _is_ours(os.environ.get(EXEC_VAR, "")):  # an outer pytest's (this may be another Python)
+        del os.environ[EXEC_VAR]
     if os.environ.get(SWITCH_VAR, "1") == "0" or not hasattr(os, "pidfd_open"):
         return
+    import tempfile
+
     import ipykernel.kernelspec
 
-    global _fresh_kernel_dict
     original = _fresh_kernel_dict = ipykernel.kernelspec.get_kernel_dict
 
     def warm_kernel_dict(*args, **kwargs):
@@ -103,36 +155,70 @@ def pytest_configure(config):
         return spec
 
     ipykernel.kernelspec.get_kernel_dict = warm_kernel_dict
+    _folder = tempfile.mkdtemp(prefix=FOLDER_PREFIX)
+    # Before the zygote starts: its environment is the kernels' and the launches'.
+    os.environ[SOCKET_VAR] = os.path.join(_folder, "zygote")
+    if EXEC_VAR not in os.environ:  # (one set by hand is kept: launches then start fresh)
+        os.environ[EXEC_VAR] = python_wrapper(_folder)
+
+
+def pytest_collection_finish(session):
+    """In an xdist worker (each runs notebooks or launches), start the zygote now: after the
+    test modules' imports, some of which set variables, before the first test needs it."""
+    if _folder and os.environ.get("PYTEST_XDIST_WORKER"):
+        _start_zygote(wait=False)
+
+
+def pytest_runtest_setup(item):
+    """Have the zygote ready before a test launches (a client that finds none starts fresh)."""
+    if _zygote is not None:
+        _start_zygote()
 
 
 def pytest_unconfigure(config):
     if _zygote is not None:
         _zygote.terminate()
         _zygote.wait(timeout=30)
+    if _folder:
+        import shutil
+
+        shutil.rmtree(_folder, ignore_errors=True)
 
 
-def _start_zygote() -> bool:
-    """Start this process's zygote once; False if it did not come up (kernels start fresh)."""
-    global _zygote
-    if _zygote is not None:
-        return _zygote.poll() is None
-    import subprocess
-    import tempfile
+def _is_ours(path: str) -> bool:
+    return os.path.basename(os.path.dirname(path)).startswith(FOLDER_PREFIX)
 
-    path = os.path.join(tempfile.mkdtemp(prefix="warm-kernels-"), "zygote")
-    os.environ[SOCKET_VAR] = path  # before the zygote starts: its environment is the kernels'
-    _zygote = subprocess.Popen([sys.executable, os.path.abspath(__file__), "serve", path,
-                                str(os.getpid())], stdin=subprocess.DEVNULL,
-                               stdout=subprocess.PIPE, env=dict(os.environ))
-    # (env given: without it the zygote inherits the C-level environment, where readline, once
-    # loaded, sets COLUMNS and LINES behind os.environ's back; kernels get os.environ's copy.)
-    if _zygote.stdout.readline().strip() == b"ready":
-        return True
-    del os.environ[SOCKET_VAR]
-    return False
+
+def _start_zygote(wait: bool = True) -> bool:
+    """Start this process's zygote once and, with ``wait``, until it says it is ready; False if
+    it did not come up (kernels and launches then start fresh)."""
+    global _zygote, _ready
+    if _zygote is None:
+        import subprocess
+
+        _zygote = subprocess.Popen([sys.executable, os.path.abspath(__file__), "serve",
+                                    os.environ[SOCKET_VAR], str(os.getpid())],
+                                   stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                   env=dict(os.environ))
+        # (env given: without it the zygote inherits the C-level environment, where readline,
+        # once loaded, sets COLUMNS and LINES behind os.environ's back; kernels get os.environ's.)
+    if wait and _ready is None:
+        _ready = _zygote.stdout.readline().strip() == b"ready"
+    return bool(_ready) and _zygote.poll() is None
 
 
 # --- the client: nbval's kernel command ----------------------------------------------------
+
+def _debug(command: list[str], said) -> None:
+    """Under LESSONS_WARM_KERNELS_DEBUG, say whether ``command`` was forked and why not:
+    on stderr (``=1``) or appended to the file it names."""
+    where = os.environ.get("LESSONS_WARM_KERNELS_DEBUG", "")
+    if where == "1":
+        print(f"warm_kernels: {said}", file=sys.stderr, flush=True)
+    elif where:
+        with open(where, "a") as log:
+            log.write(f"warm_kernels: {' '.join(command[:3])}: {said}\n")
+
 
 def client(original: list[str]) -> None:
     """Ask the zygote for a kernel; exec ``original`` where it cannot give one. Never returns."""
@@ -145,15 +231,14 @@ def client(original: list[str]) -> None:
             ignored = [int(signum) for signum in INHERITED
                        if signal.getsignal(signum) == signal.SIG_IGN]
             _send(conn, {"argv": original, "cwd": os.getcwd(), "env": dict(os.environ),
-                         "namespaces": _namespaces(), "ignored": ignored}, fds=[0, 1, 2])
+                         "namespaces": _namespaces(), "ignored": ignored,
+                         "parent": os.getppid()}, fds=[0, 1, 2])
             replies = _lines(conn)
             reply = next(replies)
             pid = reply.get("pid")
-            if os.environ.get("LESSONS_WARM_KERNELS_DEBUG"):
-                print(f"warm_kernels: {reply}", file=sys.stderr, flush=True)
+            _debug(original, reply)
         except (OSError, StopIteration, ValueError) as error:
-            if os.environ.get("LESSONS_WARM_KERNELS_DEBUG"):
-                print(f"warm_kernels: {error!r}", file=sys.stderr, flush=True)
+            _debug(original, repr(error))
             pid = None
     if pid is None:
         os.execv(original[0], original)  # the ordinary kernel, as if we had never been here
@@ -180,14 +265,24 @@ def client(original: list[str]) -> None:
 # --- the zygote ----------------------------------------------------------------------------
 
 def serve(path: str, parent: int) -> None:
-    """Import what every kernel imports, then fork a kernel per client until ``parent`` ends."""
+    """Import what every kernel and launch imports, then fork one per client until ``parent``
+    ends."""
     import selectors
+    import warnings
 
-    # What every kernel imports, about 2.5 s of CPU, once. Not ipykernel itself: its app reads
+    global _FRESH_FILTERS
+    # What every kernel imports, about 2.5 s of CPU, once; and torchrun and notebook 10's
+    # workers (torch.distributed.checkpoint, 1 s more). Not ipykernel itself: its app reads
     # JPY_PARENT_PID, which differs per kernel, when it is imported.
+    import torch  # noqa: F401
+
+    if torch.distributed.is_available():
+        import torch.distributed.checkpoint  # noqa: F401
+        import torch.distributed.run  # noqa: F401
+
+    _FRESH_FILTERS = list(warnings.filters)  # a script's, after import torch
     import IPython  # noqa: F401
     import jupyter_client  # noqa: F401
-    import torch  # noqa: F401
     import tornado  # noqa: F401
     import zmq  # noqa: F401
 
@@ -201,15 +296,38 @@ def serve(path: str, parent: int) -> None:
     selector = selectors.DefaultSelector()
     selector.register(listener, selectors.EVENT_READ, "listener")
     selector.register(os.pidfd_open(parent), selectors.EVENT_READ, "parent")
-    kernels: dict[int, tuple[socket.socket, int]] = {}  # pid -> (client, pidfd)
+    # pid -> (client, pidfd, the pid of the client's parent: a launcher forked here, or not)
+    kernels: dict[int, tuple[socket.socket, int, int]] = {}
     print("ready", flush=True)
 
-    def end(pid: int) -> None:
-        conn, pidfd = kernels.pop(pid)
+    def end(pid: int, code: int | None = None) -> None:
+        conn, pidfd, _ = kernels.pop(pid)
         selector.unregister(pidfd)
         selector.unregister(conn)
         os.close(pidfd)
+        if code is not None:
+            try:
+                _send(conn, {"exit": code})
+            except OSError:
+                pass
         conn.close()
+
+    def kill(pid: int) -> None:
+        """Kill a child whose client went away, and what it launched: a launcher killed
+        (utils.torchrun's time limit) leaves clients of its workers behind, orphaned."""
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except OSError:
+            pass
+        os.waitpid(pid, 0)
+        end(pid)
+        for child in [other for other, (_, _, parent) in kernels.items() if parent == pid]:
+            try:
+                os.killpg(child, signal.SIGKILL)
+            except OSError:
+                pass
+            os.waitpid(child, 0)
+            end(child, -signal.SIGKILL)  # its client exits as a killed process would
 
     try:
         while True:
@@ -219,32 +337,24 @@ def serve(path: str, parent: int) -> None:
                     return
                 if what == "listener":
                     conn, _ = listener.accept()
-                    pid = _fork_kernel(conn, listener, environment, spaces)
-                    if pid is None:
+                    forked = _fork(conn, listener, environment, spaces)
+                    if forked is None:
                         conn.close()
                         continue
+                    pid, parent = forked
                     pidfd = os.pidfd_open(pid)
-                    kernels[pid] = (conn, pidfd)
+                    kernels[pid] = (conn, pidfd, parent)
                     selector.register(pidfd, selectors.EVENT_READ, ("exited", pid))
                     selector.register(conn, selectors.EVENT_READ, ("client", pid))
                 elif what[0] == "exited":
                     pid = what[1]
+                    if pid not in kernels:  # killed with its launcher, in this same round
+                        continue
                     _, status = os.waitpid(pid, 0)
-                    code = (-os.WTERMSIG(status) if os.WIFSIGNALED(status)
-                            else os.WEXITSTATUS(status))
-                    try:
-                        _send(kernels[pid][0], {"exit": code})
-                    except OSError:
-                        pass
-                    end(pid)
-                elif what[0] == "client":  # the client went away (killed): so does its kernel
-                    pid = what[1]
-                    try:
-                        os.killpg(pid, signal.SIGKILL)
-                    except OSError:
-                        pass
-                    os.waitpid(pid, 0)
-                    end(pid)
+                    end(pid, -os.WTERMSIG(status) if os.WIFSIGNALED(status)
+                        else os.WEXITSTATUS(status))
+                elif what[0] == "client" and what[1] in kernels:  # the client went away
+                    kill(what[1])
     finally:
         for pid in list(kernels):
             try:
@@ -259,8 +369,9 @@ def serve(path: str, parent: int) -> None:
             pass
 
 
-def _fork_kernel(conn, listener, environment, spaces) -> int | None:
-    """Fork a kernel for the request on ``conn``; return its pid, or None (told to the client)."""
+def _fork(conn, listener, environment, spaces) -> tuple[int, int] | None:
+    """Fork a kernel or a Python command for the request on ``conn``; return (its pid, the pid
+    of the client's parent), or None (the client is told why and starts it fresh)."""
     data, fds, _, _ = socket.recv_fds(conn, 1 << 20, 3)
     while not data.endswith(b"\n"):
         more = conn.recv(1 << 20)
@@ -268,14 +379,19 @@ def _fork_kernel(conn, listener, environment, spaces) -> int | None:
             break
         data += more
     request = json.loads(data)
-    env = request["env"]
+    env, argv = request["env"], request["argv"]
+    kernel = argv[:3] == [sys.executable, "-m", "ipykernel_launcher"]
+    command = None if kernel else python_command(argv)
+    allowed = PER_KERNEL if kernel else PER_KERNEL | PER_LAUNCH
     differs = sorted(name for name in set(env) | set(environment)
-                     if name not in PER_KERNEL and env.get(name) != environment.get(name))
-    argv = request["argv"]
-    why = ("different environment: " + ", ".join(differs) if differs
+                     if name not in allowed and env.get(name) != environment.get(name))
+    threads = env.get("OMP_NUM_THREADS", "")
+    why = ("neither this Python's ipykernel nor `python [-u] script|-m module`"
+           if not kernel and command is None
+           else "different environment: " + ", ".join(differs) if differs
            else "different namespaces" if request["namespaces"] != spaces
-           else "not this Python's ipykernel" if argv[:3] != [sys.executable, "-m",
-                                                                "ipykernel_launcher"]
+           else "OMP_NUM_THREADS is not a number of threads"
+           if threads != environment.get("OMP_NUM_THREADS", "") and not threads.isdigit()
            else "")
     if why or len(fds) != 3:
         for fd in fds:
@@ -287,23 +403,27 @@ def _fork_kernel(conn, listener, environment, spaces) -> int | None:
     sys.stdout.flush()
     sys.stderr.flush()
     pid = os.fork()
-    if pid == 0:  # the kernel
+    if pid == 0:  # the kernel, or the script
         try:
-            _become_kernel(conn, listener, fds, request)
+            _become_child(conn, listener, fds, request)
+            if kernel:
+                _run_kernel(argv)
+            else:
+                _run_python(*command, threads != environment.get("OMP_NUM_THREADS", ""))
         finally:
             os._exit(1)
     for fd in fds:
         os.close(fd)
     _send(conn, {"pid": pid})
-    return pid
+    return pid, request.get("parent", 0)
 
 
-def _become_kernel(conn, listener, fds, request) -> None:
-    """In the forked child: turn into ``python -m ipykernel_launcher ARGS`` run by the client."""
+def _become_child(conn, listener, fds, request) -> None:
+    """In the forked child: take the client's stdio, folder, environment and signal
+    dispositions, in a session of its own."""
     import atexit
-    import runpy
 
-    atexit._clear()  # the zygote's exit handlers are not the kernel's
+    atexit._clear()  # the zygote's exit handlers are not the child's
     signal.set_wakeup_fd(-1)
     for signum in INHERITED:  # as the client's exec left them (Python's own choices included)
         if signum in request["ignored"]:
@@ -314,17 +434,23 @@ def _become_kernel(conn, listener, fds, request) -> None:
             signal.signal(signum, signal.SIG_DFL)
     listener.close()
     conn.close()
-    os.setsid()  # the kernel and what it starts: one group, signalled as a whole
+    os.setsid()  # the child and what it starts: one group, signalled as a whole
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
         os.close(fd)
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
-    sys.path[0] = os.getcwd()  # as `python -m` puts it
     if "numpy.random" in sys.modules:  # (torch does not import it today)
         sys.modules["numpy.random"].seed()  # a fresh process draws its own seed
-    sys.argv = [request["argv"][0], *request["argv"][3:]]
+
+
+def _run_kernel(argv: list[str]) -> None:
+    """Run ``python -m ipykernel_launcher ARGS``; exit with its status."""
+    import runpy
+
+    sys.path[0] = os.getcwd()  # as `python -m` puts it
+    sys.argv = [argv[0], *argv[3:]]
     code = 0
     try:
         runpy.run_module("ipykernel_launcher", run_name="__main__", alter_sys=True)
@@ -335,14 +461,91 @@ def _become_kernel(conn, listener, fds, request) -> None:
 
         traceback.print_exc()
         code = 1
-    finally:
-        atexit._run_exitfuncs()
-        for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
-            try:
-                stream.flush()
-            except Exception:  # noqa: BLE001
-                pass
-        os._exit(code)
+    _exit(code)
+
+
+def _run_python(unbuffered: bool, kind: str, name: str, args: list[str],
+                threads_set: bool) -> None:
+    """Run ``python [-u] script ARGS`` or ``python [-u] -m module ARGS`` as a fresh Python
+    would; exit as it would."""
+    import builtins
+    import importlib.machinery
+    import runpy
+    import threading
+    import types
+    import warnings
+
+    if threads_set:  # read by OpenMP when torch was imported here, before this environment
+        import torch
+
+        torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+    warnings.filters[:] = _FRESH_FILTERS  # not those IPython & co. added in the zygote
+    warnings._filters_mutated()
+    _python_stdio(unbuffered or bool(os.environ.get("PYTHONUNBUFFERED")))
+    main = types.ModuleType("__main__")
+    sys.modules["__main__"] = main
+    code, interrupted = 0, False
+    try:
+        if kind == "module":
+            sys.argv, sys.path[0] = ["-m", *args], os.getcwd()
+            runpy._run_module_as_main(name, alter_argv=True)  # what `python -m` calls
+        else:
+            path = os.path.abspath(name)
+            sys.argv, sys.path[0] = [name, *args], os.path.dirname(os.path.realpath(name))
+            main.__dict__.update(__file__=path, __cached__=None, __builtins__=builtins,
+                                 __loader__=importlib.machinery.SourceFileLoader("__main__",
+                                                                                 path))
+            with open(path, "rb") as handle:
+                source = handle.read()
+            exec(compile(source, path, "exec", dont_inherit=True), main.__dict__)
+    except SystemExit as stop:
+        if stop.code is None or isinstance(stop.code, int):
+            code = (stop.code or 0) & 0xFF
+        else:
+            print(stop.code, file=sys.stderr)
+            code = 1
+    except BaseException as error:  # noqa: BLE001  (reported as Python reports it)
+        trace = error.__traceback__
+        while trace is not None and trace.tb_frame.f_code.co_filename == __file__:
+            trace = trace.tb_next  # this file's frames: not the script's
+        sys.excepthook(type(error), error, error.with_traceback(trace).__traceback__)
+        code, interrupted = 1, isinstance(error, KeyboardInterrupt)
+    threading._shutdown()  # as Python does at exit: wait for the threads that are not daemons
+    _exit(code, signal.SIGINT if interrupted else None)
+
+
+def _python_stdio(unbuffered: bool) -> None:
+    """sys.stdin, stdout and stderr on fds 0-2 as Python makes them (``-u``: unbuffered)."""
+    import io
+
+    for name, fd, like in (("stdin", 0, sys.__stdin__), ("stdout", 1, sys.__stdout__),
+                           ("stderr", 2, sys.__stderr__)):
+        write = fd > 0
+        raw = io.FileIO(fd, "wb" if write else "rb", closefd=False)
+        buffer = (raw if write and unbuffered
+                  else io.BufferedWriter(raw) if write else io.BufferedReader(raw))
+        stream = io.TextIOWrapper(buffer, encoding=like.encoding, errors=like.errors,
+                                  newline="\n", write_through=write and unbuffered,
+                                  line_buffering=write and not unbuffered
+                                  and (fd == 2 or raw.isatty()))
+        setattr(sys, name, stream)
+        setattr(sys, f"__{name}__", stream)
+
+
+def _exit(code: int, signum: int | None = None) -> None:
+    """Run the exit handlers, flush, and end the process with ``code`` (or die of ``signum``)."""
+    import atexit
+
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001
+            pass
+    if signum is not None:
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+    os._exit(code)
 
 
 if __name__ == "__main__":

@@ -143,6 +143,9 @@ def _running(script_name: str) -> list[int]:
 
 def test_a_hanging_launch_is_stopped_at_the_timeout_with_every_process(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
+    # utils' own clean-up, of processes started fresh (the tests' warm launches are cleaned up
+    # by their zygote: tests/unit/test_warm_kernels.py).
+    monkeypatch.delenv("PYTHON_EXEC", raising=False)
     script = f"hangs_{os.getpid()}.py"
     (tmp_path / script).write_text(HANGING)
     started = time.monotonic()

@@ -163,3 +163,96 @@ def test_a_signal_ignored_by_the_starter_is_ignored_by_a_warm_kernel_too(kernels
             manager.shutdown_kernel(now=True)
     assert fresh["SIGHUP"] == "<Handlers.SIG_IGN: 1>"
     assert warm == fresh
+
+
+# --- launches: torchrun and its workers, forked the same way -----------------------------
+
+PROBE = """
+import json, os, signal, sys, warnings
+import torch
+print(json.dumps({
+    "name": __name__, "file": __file__, "argv": sys.argv, "path0": sys.path[0],
+    "cwd": os.getcwd(), "rank": os.environ.get("RANK"), "threads": torch.get_num_threads(),
+    "own_group": os.getpgid(0) == os.getpid(),
+    "stdout": [sys.stdout.write_through, sys.stdout.line_buffering, sys.stdout.encoding],
+    "stderr": [sys.stderr.write_through, sys.stderr.line_buffering, sys.stderr.errors],
+    "signals": {n: repr(signal.getsignal(getattr(signal, n))) for n in ("SIGINT", "SIGTERM")},
+    "warnings": [repr(f) for f in warnings.filters if "sympy" not in f[2].__module__],
+    "main": type(sys.modules["__main__"]).__name__,
+}))
+"""
+# (The zygote imported torch.distributed.checkpoint and with it sympy, which adds a filter for
+# sympy's own warning class: that one filter is left out of the comparison.)
+
+
+def _python(tmp_path, source: str, *args: str, warm: bool, env: dict | None = None):
+    """Run ``python -u probe.py ARGS`` (in tmp_path) fresh, or through PYTHON_EXEC; return
+    (completed process, the zygote's reply: {"pid": its child's} or {"pid": None, "why": ...})."""
+    import subprocess
+    import sys
+
+    (tmp_path / "probe.py").write_text(source)
+    python = os.environ["PYTHON_EXEC"] if warm else sys.executable
+    environment = {**os.environ, "LESSONS_WARM_KERNELS_DEBUG": "1", **(env or {})}
+    done = subprocess.run([python, "-u", "probe.py", *args], cwd=tmp_path, env=environment,
+                          capture_output=True, text=True, timeout=60, start_new_session=True)
+    said = [line for line in done.stderr.splitlines() if line.startswith("warm_kernels: ")]
+    done.stderr = "\n".join(line for line in done.stderr.splitlines() if line not in said)
+    return done, ast.literal_eval(said[0].split(": ", 1)[1]) if said else {}
+
+
+@pytest.fixture()
+def zygote():
+    assert warm_kernels._start_zygote()
+    return warm_kernels._zygote.pid
+
+
+def test_a_warm_script_sees_what_a_fresh_python_sees(zygote, tmp_path):
+    import json
+
+    env = {"OMP_NUM_THREADS": "1", "RANK": "3"}  # as torchrun sets them for a worker
+    fresh, _ = _python(tmp_path, PROBE, "a", "b c", warm=False, env=env)
+    warm, reply = _python(tmp_path, PROBE, "a", "b c", warm=True, env=env)
+    assert reply.get("pid"), reply  # forked, not started fresh
+    assert json.loads(warm.stdout) == json.loads(fresh.stdout)
+    assert json.loads(warm.stdout)["threads"] == 1
+
+
+@pytest.mark.parametrize("ending, status", [
+    ("raise ValueError('no')", 1), ("import sys; sys.exit(3)", 3),
+    ("import sys; sys.exit('a message')", 1), ("import os; os.kill(os.getpid(), 15)", -15),
+])
+def test_a_warm_script_ends_as_a_fresh_one_does(zygote, tmp_path, ending, status):
+    source = f"print('before', flush=True)\nimport torch\n{ending}\n"
+    fresh, _ = _python(tmp_path, source, warm=False)
+    warm, reply = _python(tmp_path, source, warm=True)
+    assert reply.get("pid"), reply
+    assert (warm.returncode, warm.stdout, warm.stderr) == (status, fresh.stdout, fresh.stderr)
+    assert fresh.returncode == status
+
+
+def test_a_script_with_another_environment_starts_fresh(zygote, tmp_path):
+    warm, reply = _python(tmp_path, PROBE, warm=True, env={"LESSONS_SOMETHING_NEW": "1"})
+    assert reply == {"pid": None, "why": "different environment: LESSONS_SOMETHING_NEW"}
+    assert warm.returncode == 0 and '"rank": null' in warm.stdout
+
+
+def test_a_killed_launch_takes_the_workers_it_started_with_it(zygote, tmp_path):
+    """utils.torchrun's time limit kills torchrun (here, its client): the workers go too."""
+    import psutil
+
+    import utils
+
+    (tmp_path / "hangs.py").write_text("import time\nprint('up', flush=True)\ntime.sleep(600)\n")
+    before = {child.pid for child in psutil.Process(zygote).children()}
+    with pytest.raises(TimeoutError):
+        utils.torchrun(tmp_path / "hangs.py", nproc=2, timeout_s=10, quiet=True)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        left = {child.pid for child in psutil.Process(zygote).children()} - before
+        clients = [process.pid for process in psutil.process_iter(["cmdline"])
+                   if "hangs.py" in " ".join(process.info["cmdline"] or [])]
+        if not left and not clients:
+            break
+        time.sleep(0.1)
+    assert (left, clients) == (set(), [])
