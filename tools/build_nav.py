@@ -378,9 +378,11 @@ def _table_rows(paths: list[Path], notebooks: dict[Path, str]) -> list[str]:
 
 
 def _hours(minutes: int) -> str:
-    """95 -> 'about 1 h 35 min'."""
+    """95 -> 'about 1 h 35 min'; 180 -> 'about 3 h'; 35 -> 'about 35 min'."""
     hours, rest = divmod(minutes, 60)
-    return f"about {hours} h {rest} min" if hours else f"about {rest} min"
+    if not hours:
+        return f"about {rest} min"
+    return f"about {hours} h {rest} min" if rest else f"about {hours} h"
 
 
 def readme_table(notebooks: dict[Path, str] | None = None) -> str:

@@ -22,8 +22,10 @@ The *main flow* is what a first read meets with every collapsible part closed. I
 
 - whatever is inside ``<details>`` in a markdown cell (the ``<summary>`` line stays);
 - a section whose heading starts with one of ``OPTIONAL_HEADINGS`` ("Going deeper",
-  "On a CPU-only machine"): that cell and every cell after it up to the next heading of the
-  same or a higher level (the cells JupyterLab hides when the heading is collapsed);
+  "On a CPU-only machine"): every cell after its heading up to the next heading of the same or
+  a higher level (the cells JupyterLab hides when the heading is collapsed). The heading itself
+  stays, as a ``<summary>`` does: a closed fold shows its title, and a reader reads it to
+  decide to skip (:func:`fold_titles`). A heading inside a closed fold is hidden with it;
 - a cell tagged with one of ``OPTIONAL_TAGS`` (``going-deeper``, ``cpu-only``);
 - the source of a code cell collapsed with ``metadata.jupyter.source_hidden`` (its outputs
   stay), and outputs collapsed with ``metadata.jupyter.outputs_hidden``.
@@ -47,7 +49,10 @@ and the earlier constants (150 words a minute, 5 s a line: 30% optimistic) are i
 docs/runs.md ("Reading times"); refit there when a new round of readers reports minutes.
 Predictions asked in prose count since the round of 2026-12-02: its readers paused at each one
 as at a quiz, and 08, with eight and no quiz, took them 36 minutes against an estimate of 28
-that left them out (docs/runs.md).
+that left them out (docs/runs.md). The titles of closed "Going deeper" and "On a CPU-only
+machine" sections count since a reader of 07 counted about 1,700 main-flow words where the
+estimate had about 1,470: 07 then showed 13 such titles (113 words) that it left out, while
+it counted every closed ``<details>``'s summary (docs/runs.md, "Reading times").
 
 Used by tools/build_nav.py (the README table's "Read" column) and tests/repo/test_reading_time.py.
 """
@@ -240,8 +245,8 @@ def _cell(cell: dict) -> tuple[Tally, Tally]:
 def estimate_cells(cells: list[dict]) -> Estimate:
     """Return the reading-time ``Estimate`` of a list of notebook cells (nbformat 4 dicts)."""
     main, everything = Tally(), Tally()
-    walked = list(walk(cells))
-    for index, (cell, tags, source, folded) in enumerate(walked):
+    walked = list(_walk_with_titles(cells))
+    for index, (cell, tags, source, folded, title) in enumerate(walked):
         shown, collapsed = _cell(cell)
         following = walked[index + 1][2] if index + 1 < len(walked) else ""
         if (cell.get("cell_type") == "markdown" and ASKS.search(_split_details(source)[0])
@@ -250,6 +255,8 @@ def estimate_cells(cells: list[dict]) -> Estimate:
         everything += shown + collapsed
         if not folded and not tags & OPTIONAL_TAGS:
             main += shown
+        elif title is not None:  # a closed fold's title stays on screen
+            main += Tally(words=_prose_and_code(title).words)
     return Estimate(main=main, all=everything)
 
 
@@ -257,6 +264,20 @@ def walk(cells: list[dict]):
     """Yield ``(cell, tags, source, folded)`` for each cell but the navigation ones;
     ``folded`` is True inside an optional section ("Going deeper", "On a CPU-only machine",
     up to the next heading of the same or a higher level), its heading cell included."""
+    for cell, tags, source, folded, _title in _walk_with_titles(cells):
+        yield cell, tags, source, folded
+
+
+def fold_titles(cells: list[dict]) -> list[str]:
+    """The titles a first read meets of the optional sections in ``cells``, in order: each
+    heading that closes a fold in JupyterLab and is not itself inside a closed fold."""
+    return [title for *_, title in _walk_with_titles(cells) if title is not None]
+
+
+def _walk_with_titles(cells: list[dict]):
+    """:func:`walk`, with a fifth item: the text of the optional heading that this cell opens,
+    when a reader sees it with every fold closed (it is the cell's first heading, and no fold
+    around it hides it), else None."""
     optional_level = None  # the level of the optional section we are in, if any
     for cell in cells:
         tags = set(cell.get("metadata", {}).get("tags", []))
@@ -264,14 +285,17 @@ def walk(cells: list[dict]):
             continue
         source = cell.get("source", "")
         source = "".join(source) if isinstance(source, list) else source
+        title = None
         if cell.get("cell_type") == "markdown":
-            for level, text in headings(source):
+            for position, (level, text) in enumerate(headings(source)):
                 if is_optional_heading(text):
                     if optional_level is None or level <= optional_level:
                         optional_level = level
+                        if position == 0:
+                            title = text
                 elif optional_level is not None and level <= optional_level:
                     optional_level = None
-        yield cell, tags, source, optional_level is not None
+        yield cell, tags, source, optional_level is not None, title
 
 
 def estimate(path: Path, text: str | None = None) -> Estimate:

@@ -138,11 +138,34 @@ def test_a_going_deeper_or_cpu_only_section_is_left_out_until_the_next_heading(h
         code("z = 3\n"),
     ]
     result = estimate_cells(cells)
-    # "1.", "Main" and 10 words; then "5.", "Back", "to", "the", "main", "flow" and 5 words.
-    assert result.main == Tally(words=12 + 11, code_lines=1)
+    # "1.", "Main" and 10 words; the closed section's title, which stays on screen; then "5.",
+    # "Back", "to", "the", "main", "flow" and 5 words. The smaller heading inside is folded.
+    title = len(heading.split()) - 1
+    assert result.main == Tally(words=12 + title + 11, code_lines=1)
     assert result.all.code_lines == 3
     assert result.all.outputs == 1
     assert result.all.words == 12 + len(heading.split()) - 1 + 20 + 7 + 30 + 11
+
+
+def test_a_closed_sections_title_counts_once_as_a_summary_does_but_not_inside_a_fold():
+    cells = [
+        markdown("## 1. Main"),
+        markdown("### Going deeper: first fold"),  # title shown: 4 words
+        markdown(words(20)),
+        markdown("#### Going deeper: nested inside"),  # hidden by the fold around it
+        markdown(words(20)),
+        markdown("### On a CPU-only machine: second"),  # a sibling: shown, 5 words
+        markdown(words(20)),
+        markdown("## 2. Back"),
+    ]
+    assert reading_time.fold_titles(cells) == ["Going deeper: first fold",
+                                               "On a CPU-only machine: second"]
+    result = estimate_cells(cells)
+    assert result.main.words == 2 + 4 + 5 + 2
+    assert result.all.words == 2 + 4 + 20 + 4 + 20 + 5 + 20 + 2
+    summary = markdown("<details><summary>Going deeper: first fold</summary>\n\nNot shown.\n"
+                       "</details>")
+    assert estimate_cells([summary]).main.words == 4  # the same title, read the same way
 
 
 @pytest.mark.parametrize("tag", sorted(reading_time.OPTIONAL_TAGS))
