@@ -233,7 +233,8 @@ def test_a_warm_script_ends_as_a_fresh_one_does(zygote, tmp_path, ending, status
 
 def test_a_script_with_another_environment_starts_fresh(zygote, tmp_path):
     warm, reply = _python(tmp_path, PROBE, warm=True, env={"LESSONS_SOMETHING_NEW": "1"})
-    assert reply == {"pid": None, "why": "different environment: LESSONS_SOMETHING_NEW"}
+    assert reply["pid"] is None
+    assert reply["why"].startswith("different environment: LESSONS_SOMETHING_NEW")
     assert warm.returncode == 0 and '"rank": null' in warm.stdout
 
 
