@@ -159,7 +159,9 @@ def pytest_configure(config):
     # Before the zygote starts: its environment is the kernels' and the launches'.
     os.environ[SOCKET_VAR] = os.path.join(_folder, "zygote")
     if EXEC_VAR not in os.environ:  # (one set by hand is kept: launches then start fresh)
-        os.environ[EXEC_VAR] = python_wrapper(_folder)
+        wrapper = python_wrapper(_folder)
+        if _runs(wrapper):  # (not where the temporary folder may not hold programs: noexec)
+            os.environ[EXEC_VAR] = wrapper
 
 
 def pytest_collection_finish(session):
@@ -183,6 +185,16 @@ def pytest_unconfigure(config):
         import shutil
 
         shutil.rmtree(_folder, ignore_errors=True)
+
+
+def _runs(program: str) -> bool:
+    """Whether ``program -c pass`` runs (the zygote is not up yet: it runs as a plain Python)."""
+    import subprocess
+
+    try:
+        return subprocess.run([program, "-c", "pass"], timeout=60).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
 
 
 def _is_ours(path: str) -> bool:
