@@ -51,8 +51,8 @@ PER_LAUNCH = {"LOCAL_RANK", "RANK", "GROUP_RANK", "ROLE_RANK", "ROLE_NAME", "LOC
               "TORCH_NCCL_ASYNC_ERROR_HANDLING", "PYTHONUNBUFFERED", "OMP_NUM_THREADS",
               "TERM", "CLICOLOR", "CLICOLOR_FORCE", "FORCE_COLOR", "PAGER", "GIT_PAGER",
               "MPLBACKEND", "PYDEVD_USE_FRAME_EVAL", "TORCHINDUCTOR_CACHE_DIR"}
-EXEC_VAR = "PYTHON_EXEC"
-FOLDER_PREFIX = "warm-kernels-"  # torchrun's own name for the Python that runs its workers
+EXEC_VAR = "PYTHON_EXEC"  # torchrun's own name for the Python that runs its workers
+FOLDER_PREFIX = "warm-kernels-"
 NAMESPACES = ("net", "mnt", "user", "pid")
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT,
              signal.SIGUSR1, signal.SIGUSR2)
@@ -327,18 +327,10 @@ def serve(path: str, parent: int) -> None:
     def kill(pid: int) -> None:
         """Kill a child whose client went away, and what it launched: a launcher killed
         (utils.torchrun's time limit) leaves clients of its workers behind, orphaned."""
-        try:
-            os.killpg(pid, signal.SIGKILL)
-        except OSError:
-            pass
-        os.waitpid(pid, 0)
+        _kill_group(pid)
         end(pid)
         for child in [other for other, (_, _, parent) in kernels.items() if parent == pid]:
-            try:
-                os.killpg(child, signal.SIGKILL)
-            except OSError:
-                pass
-            os.waitpid(child, 0)
+            _kill_group(child)
             end(child, -signal.SIGKILL)  # its client exits as a killed process would
 
     try:
@@ -369,16 +361,24 @@ def serve(path: str, parent: int) -> None:
                     kill(what[1])
     finally:
         for pid in list(kernels):
-            try:
-                os.killpg(pid, signal.SIGKILL)
-                os.waitpid(pid, 0)
-            except OSError:
-                pass
+            _kill_group(pid)
         listener.close()
         try:
             os.unlink(path)
         except OSError:
             pass
+
+
+def _kill_group(pid: int) -> None:
+    """SIGKILL a child's process group (it leads one) and reap the child."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except OSError:
+        pass
+    try:
+        os.waitpid(pid, 0)
+    except ChildProcessError:
+        pass
 
 
 def _fork(conn, listener, environment, spaces) -> tuple[int, int] | None:
@@ -467,7 +467,7 @@ def _run_kernel(argv: list[str]) -> None:
     try:
         runpy.run_module("ipykernel_launcher", run_name="__main__", alter_sys=True)
     except SystemExit as stop:
-        code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+        code = _status(stop)
     except BaseException:  # noqa: BLE001  (report it as a crashed kernel would)
         import traceback
 
@@ -511,11 +511,7 @@ def _run_python(unbuffered: bool, kind: str, name: str, args: list[str],
                 source = handle.read()
             exec(compile(source, path, "exec", dont_inherit=True), main.__dict__)
     except SystemExit as stop:
-        if stop.code is None or isinstance(stop.code, int):
-            code = (stop.code or 0) & 0xFF
-        else:
-            print(stop.code, file=sys.stderr)
-            code = 1
+        code = _status(stop)
     except BaseException as error:  # noqa: BLE001  (reported as Python reports it)
         trace = error.__traceback__
         while trace is not None and trace.tb_frame.f_code.co_filename == __file__:
@@ -524,6 +520,14 @@ def _run_python(unbuffered: bool, kind: str, name: str, args: list[str],
         code, interrupted = 1, isinstance(error, KeyboardInterrupt)
     threading._shutdown()  # as Python does at exit: wait for the threads that are not daemons
     _exit(code, signal.SIGINT if interrupted else None)
+
+
+def _status(stop: SystemExit) -> int:
+    """The exit status Python gives ``sys.exit(code)``, printing a code that is not a number."""
+    if stop.code is None or isinstance(stop.code, int):
+        return (stop.code or 0) & 0xFF
+    print(stop.code, file=sys.stderr)
+    return 1
 
 
 def _python_stdio(unbuffered: bool) -> None:
