@@ -398,12 +398,13 @@ def _fork(conn, listener, environment, spaces) -> tuple[int, int] | None:
     differs = sorted(name for name in set(env) | set(environment)
                      if name not in allowed and env.get(name) != environment.get(name))
     threads = env.get("OMP_NUM_THREADS", "")
+    threads_set = threads != environment.get("OMP_NUM_THREADS", "")  # (utils.torchrun sets it)
     why = ("neither this Python's ipykernel nor `python [-u] script|-m module`"
            if not kernel and command is None
            else "different environment: " + ", ".join(differs) if differs
            else "different namespaces" if request["namespaces"] != spaces
            else "OMP_NUM_THREADS is not a number of threads"
-           if threads != environment.get("OMP_NUM_THREADS", "") and not threads.isdigit()
+           if threads_set and not threads.isdigit()
            else "")
     if why or len(fds) != 3:
         for fd in fds:
@@ -421,7 +422,7 @@ def _fork(conn, listener, environment, spaces) -> tuple[int, int] | None:
             if kernel:
                 _run_kernel(argv)
             else:
-                _run_python(*command, threads != environment.get("OMP_NUM_THREADS", ""))
+                _run_python(*command, threads_set)
         finally:
             os._exit(1)
     for fd in fds:
