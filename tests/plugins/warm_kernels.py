@@ -51,6 +51,9 @@ PER_LAUNCH = {"LOCAL_RANK", "RANK", "GROUP_RANK", "ROLE_RANK", "ROLE_NAME", "LOC
               "TORCH_NCCL_ASYNC_ERROR_HANDLING", "PYTHONUNBUFFERED", "OMP_NUM_THREADS",
               "TERM", "CLICOLOR", "CLICOLOR_FORCE", "FORCE_COLOR", "PAGER", "GIT_PAGER",
               "MPLBACKEND", "PYDEVD_USE_FRAME_EVAL", "TORCHINDUCTOR_CACHE_DIR"}
+#: Set by ``import torch._dynamo`` (the inductor's cache folder), which the zygote does.
+CACHE_VAR = "TORCHINDUCTOR_CACHE_DIR"
+_DYNAMO_CACHE_DIR: str | None = None
 EXEC_VAR = "PYTHON_EXEC"  # torchrun's own name for the Python that runs its workers
 FOLDER_PREFIX = "warm-kernels-"
 NAMESPACES = ("net", "mnt", "user", "pid")
@@ -284,8 +287,9 @@ def serve(path: str, parent: int) -> None:
 
     global _FRESH_FILTERS
     # What every kernel imports, about 2.5 s of CPU, once; and torchrun and notebook 10's
-    # workers (torch.distributed.checkpoint, 1 s more). Not ipykernel itself: its app reads
-    # JPY_PARENT_PID, which differs per kernel, when it is imported.
+    # workers (torch.distributed.checkpoint, 1 s more); then torch._dynamo (1.7 s more, see
+    # _import_dynamo). Not ipykernel itself: its app reads JPY_PARENT_PID, which differs per
+    # kernel, when it is imported.
     import torch  # noqa: F401
 
     if torch.distributed.is_available():
@@ -293,6 +297,7 @@ def serve(path: str, parent: int) -> None:
         import torch.distributed.run  # noqa: F401
 
     _FRESH_FILTERS = list(warnings.filters)  # a script's, after import torch
+    _import_dynamo()
     import IPython  # noqa: F401
     import jupyter_client  # noqa: F401
     import tornado  # noqa: F401
@@ -369,6 +374,26 @@ def serve(path: str, parent: int) -> None:
             pass
 
 
+def _import_dynamo() -> None:
+    """Import ``torch._dynamo`` here, once: a kernel or script imports it at its first
+    ``nn.Linear`` or optimizer step (``torch._disable_dynamo``), and that import was about 40%
+    of the CPU the forked kernels spent (py-spy over every notebook and lab, docs/runs.md).
+
+    The import sets ``TORCHINDUCTOR_CACHE_DIR`` to torch's default cache folder, which it
+    also keeps (``torch._dynamo.package.DynamoCache``): that value is kept in
+    :data:`_DYNAMO_CACHE_DIR` and taken out of this process's environment, so that a kernel
+    starts with the variables a fresh one has; :func:`_fork` starts fresh a request that
+    names another folder. (A fresh kernel sets the variable at its own first import; nothing
+    in the lessons reads it.)"""
+    global _DYNAMO_CACHE_DIR
+    before = os.environ.get(CACHE_VAR)
+    import torch._dynamo  # noqa: F401
+
+    _DYNAMO_CACHE_DIR = os.environ.get(CACHE_VAR)
+    if before is None:
+        os.environ.pop(CACHE_VAR, None)
+
+
 def _kill_group(pid: int) -> None:
     """SIGKILL a child's process group (it leads one) and reap the child."""
     try:
@@ -402,6 +427,8 @@ def _fork(conn, listener, environment, spaces) -> tuple[int, int] | None:
     why = ("neither this Python's ipykernel nor `python [-u] script|-m module`"
            if not kernel and command is None
            else "different environment: " + ", ".join(differs) if differs
+           else f"{CACHE_VAR} is not the folder torch._dynamo was imported with"
+           if env.get(CACHE_VAR, _DYNAMO_CACHE_DIR) != _DYNAMO_CACHE_DIR
            else "different namespaces" if request["namespaces"] != spaces
            else "OMP_NUM_THREADS is not a number of threads"
            if threads_set and not threads.isdigit()

@@ -239,6 +239,21 @@ def test_a_script_with_another_environment_starts_fresh(zygote, tmp_path):
     assert (warm.returncode, warm.stdout) == (0, "1\n")  # run all the same, by a fresh Python
 
 
+def test_a_script_with_another_inductor_cache_starts_fresh(zygote, tmp_path):
+    """The zygote imported torch._dynamo, which keeps its cache folder: a script that names
+    another one gets a fresh Python; one that names the same folder is forked."""
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    source = "import torch._dynamo.package as p\nprint(p.DynamoCache._path_prefix)\n"
+    other = str(tmp_path / "inductor")
+    warm, reply = _python(tmp_path, source, warm=True, env={"TORCHINDUCTOR_CACHE_DIR": other})
+    assert reply["pid"] is None and reply["why"].startswith("TORCHINDUCTOR_CACHE_DIR")
+    assert warm.stdout.startswith(other)
+    same = {"TORCHINDUCTOR_CACHE_DIR": default_cache_dir()}  # the zygote's (no variable set)
+    _, reply = _python(tmp_path, source, warm=True, env=same)
+    assert reply.get("pid"), reply
+
+
 def test_a_killed_launch_takes_the_workers_it_started_with_it(zygote, tmp_path):
     """utils.torchrun's time limit kills torchrun (here, its client): the workers go too."""
     import psutil
