@@ -287,9 +287,9 @@ def serve(path: str, parent: int) -> None:
 
     global _FRESH_FILTERS
     # What every kernel imports, about 2.5 s of CPU, once; and torchrun and notebook 10's
-    # workers (torch.distributed.checkpoint, 1 s more); then torch._dynamo (1.7 s more, see
-    # _import_dynamo). Not ipykernel itself: its app reads JPY_PARENT_PID, which differs per
-    # kernel, when it is imported.
+    # workers (torch.distributed.checkpoint, 1 s more); then torch._dynamo (0.5 s more here,
+    # 1.7 s in a process that imported torch alone: see _import_dynamo). Not ipykernel itself:
+    # its app reads JPY_PARENT_PID, which differs per kernel, when it is imported.
     import torch  # noqa: F401
 
     if torch.distributed.is_available():

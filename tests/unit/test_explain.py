@@ -15,7 +15,9 @@ from pathlib import Path
 import nbformat
 import pytest
 import torch
+from jupyter_client.manager import KernelManager
 from nbclient import NotebookClient
+from nbval.kernel import CURRENT_ENV_KERNEL_NAME, NbvalKernelspecManager
 from torch import nn
 
 import utils
@@ -229,7 +231,10 @@ def test_the_hook_works_in_a_real_kernel_and_shows_the_entry_as_markdown():
         nbformat.v4.new_code_cell('found = utils.explain("CUDA error: invalid device ordinal")'),
         nbformat.v4.new_code_cell("found"),
     ])
-    NotebookClient(notebook, timeout=60, kernel_name="python3", allow_errors=True).execute(
+    # nbval's kernel (this Python's): under make test, forked warm (tests/plugins/warm_kernels.py)
+    manager = KernelManager(kernel_name=CURRENT_ENV_KERNEL_NAME,
+                            kernel_spec_manager=NbvalKernelspecManager())
+    NotebookClient(notebook, timeout=60, km=manager, allow_errors=True).execute(
         cwd=str(lessons.ROOT))
     outputs = notebook.cells[1].outputs
     assert notebook.cells[0].outputs == [], "turning it on prints nothing"
