@@ -39,10 +39,9 @@ PER_KERNEL = {"JPY_PARENT_PID", "JPY_SESSION_NAME", "PYTEST_CURRENT_TEST",
               "PYDEVD_DISABLE_FILE_VALIDATION", "LESSONS_WARM_KERNELS_DEBUG"}
 #: Set per process by torchrun for each worker (torch/distributed/elastic/agent/server/
 #: local_elastic_agent.py), by utils.torchrun (PYTHONUNBUFFERED, OMP_NUM_THREADS: the fork
-#: applies both), by ipykernel in a kernel that launches (TERM, FORCE_COLOR, ...), by torch in
-#: it (TORCHINDUCTOR_CACHE_DIR, read when first needed) or by the shell of PYTHON_EXEC (PWD):
-#: nothing the zygote imported reads them on import. A script's other variables must equal
-#: the zygote's.
+#: applies both), by ipykernel in a kernel that launches (TERM, FORCE_COLOR, ...) or by the
+#: shell of PYTHON_EXEC (PWD): nothing the zygote imported reads them on import. A script's
+#: other variables must equal the zygote's (and :data:`CACHE_VAR` is compared on its own).
 PER_LAUNCH = {"LOCAL_RANK", "RANK", "GROUP_RANK", "ROLE_RANK", "ROLE_NAME", "LOCAL_WORLD_SIZE",
               "WORLD_SIZE", "GROUP_WORLD_SIZE", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
               "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID",
@@ -50,8 +49,10 @@ PER_LAUNCH = {"LOCAL_RANK", "RANK", "GROUP_RANK", "ROLE_RANK", "ROLE_NAME", "LOC
               "TORCHELASTIC_SIGNALS_TO_HANDLE", "PWD",
               "TORCH_NCCL_ASYNC_ERROR_HANDLING", "PYTHONUNBUFFERED", "OMP_NUM_THREADS",
               "TERM", "CLICOLOR", "CLICOLOR_FORCE", "FORCE_COLOR", "PAGER", "GIT_PAGER",
-              "MPLBACKEND", "PYDEVD_USE_FRAME_EVAL", "TORCHINDUCTOR_CACHE_DIR"}
-#: Set by ``import torch._dynamo`` (the inductor's cache folder), which the zygote does.
+              "MPLBACKEND", "PYDEVD_USE_FRAME_EVAL"}
+#: Set by ``import torch._dynamo`` (the inductor's cache folder), which the zygote does: in a
+#: kernel's or a script's environment it may be missing (not imported yet) or name the folder
+#: the zygote's import kept (:data:`_DYNAMO_CACHE_DIR`); another folder starts it fresh.
 CACHE_VAR = "TORCHINDUCTOR_CACHE_DIR"
 _DYNAMO_CACHE_DIR: str | None = None
 EXEC_VAR = "PYTHON_EXEC"  # torchrun's own name for the Python that runs its workers
@@ -419,7 +420,7 @@ def _fork(conn, listener, environment, spaces) -> tuple[int, int] | None:
     env, argv = request["env"], request["argv"]
     kernel = argv[:3] == [sys.executable, "-m", "ipykernel_launcher"]
     command = None if kernel else python_command(argv)
-    allowed = PER_KERNEL if kernel else PER_KERNEL | PER_LAUNCH
+    allowed = (PER_KERNEL if kernel else PER_KERNEL | PER_LAUNCH) | {CACHE_VAR}
     differs = sorted(name for name in set(env) | set(environment)
                      if name not in allowed and env.get(name) != environment.get(name))
     threads = env.get("OMP_NUM_THREADS", "")
